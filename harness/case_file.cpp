@@ -1,0 +1,307 @@
+#include "case_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "mlarope/error.h"
+
+namespace mlarope::harness {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw Error(message); }
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::ostringstream s;
+  s << "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << ")";
+  return s.str();
+}
+
+const json& require(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) fail(where + ": missing key '" + key + "'");
+  return j.at(key);
+}
+
+std::string get_string(const json& j, const char* key, const std::string& where) {
+  const json& v = require(j, key, where);
+  if (!v.is_string()) fail(where + ": '" + key + "' must be a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+std::int64_t get_int(const json& j, const char* key, const std::string& where,
+                     std::int64_t fallback, bool required) {
+  if (!j.contains(key)) {
+    if (required) fail(where + ": missing key '" + key + "'");
+    return fallback;
+  }
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) fail(where + ": '" + key + "' must be an integer, got " + v.dump());
+  return v.get<std::int64_t>();
+}
+
+bool get_bool(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) return false;
+  const json& v = j.at(key);
+  if (!v.is_boolean()) fail(where + ": '" + key + "' must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+Op parse_op(const std::string& s, const std::string& where) {
+  if (s == "rope") return Op::rope;
+  if (s == "rope_backward") return Op::rope_backward;
+  if (s == "kv_split") return Op::kv_split;
+  if (s == "kv_split_backward") return Op::kv_split_backward;
+  fail(where + ": op = '" + s + "': expected rope, rope_backward, kv_split or kv_split_backward");
+}
+
+template <class F>
+auto with_where(const std::string& where, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    fail(where + ": " + e.what());
+  }
+}
+
+bool is_rope_op(Op op) { return op == Op::rope || op == Op::rope_backward; }
+
+// Rank expected of a named input, given the token layout.
+int expected_rank(const std::string& name, TokenLayout layout) {
+  if (name == "cu_seqlens" || name == "position_ids" || name == "seq_offsets") return 1;
+  return layout == TokenLayout::sbhd ? 4 : 3;
+}
+
+void check_array(const std::string& file, const std::string& name, const npy::Array& a,
+                 const CaseConfig& c) {
+  const bool table = name == "cos" || name == "sin";
+  const bool index = name == "cu_seqlens" || name == "position_ids" || name == "seq_offsets";
+  if (index) {
+    if (a.dtype != npy::Dtype::i32 && a.dtype != npy::Dtype::i64)
+      fail(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) + ", expected <i4 or <i8");
+  } else {
+    const DType want = table ? c.table_dtype : c.dtype;
+    if (a.dtype != storage_dtype(want))
+      fail(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) + ", but case.json says " +
+           (table ? "table_dtype " : "dtype ") + std::string(to_string(want)) + " (stored as " +
+           std::string(npy::dtype_descr(storage_dtype(want))) + ")");
+  }
+  const int rank = static_cast<int>(a.shape.size());
+  if (table) {
+    if (rank != 2 && rank != 4)
+      fail(file + ": shape " + shape_string(a.shape) + ", expected (R, emb_dim) or (R, 1, 1, emb_dim)");
+    if (a.shape.back() != c.emb_dim)
+      fail(file + ": shape " + shape_string(a.shape) + " does not match emb_dim = " +
+           std::to_string(c.emb_dim) + " from case.json");
+    return;
+  }
+  if (rank != expected_rank(name, c.layout))
+    fail(file + ": shape " + shape_string(a.shape) + " has rank " + std::to_string(rank) +
+         ", expected " + std::to_string(expected_rank(name, c.layout)) + " for layout " +
+         std::string(to_string(c.layout)));
+  std::int64_t last = -1;
+  std::string formula;
+  if (name == "t" || name == "grad_out") last = c.nope_dim + c.emb_dim, formula = "nope_dim + emb_dim";
+  if (name == "kv") last = c.k_dim + c.v_dim, formula = "k_dim + v_dim";
+  if (name == "k_pe") last = c.emb_dim, formula = "emb_dim";
+  if (name == "grad_key") last = c.k_dim + c.emb_dim, formula = "k_dim + emb_dim";
+  if (name == "grad_value") last = c.v_dim, formula = "v_dim";
+  if (last >= 0 && a.shape.back() != last)
+    fail(file + ": shape " + shape_string(a.shape) + ": last dim " + std::to_string(a.shape.back()) +
+         " does not match " + formula + " = " + std::to_string(last) + " from case.json");
+}
+
+}  // namespace
+
+std::string_view to_string(Op op) {
+  switch (op) {
+    case Op::rope: return "rope";
+    case Op::rope_backward: return "rope_backward";
+    case Op::kv_split: return "kv_split";
+    case Op::kv_split_backward: return "kv_split_backward";
+  }
+  return "?";
+}
+
+npy::Dtype storage_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return npy::Dtype::f32;
+    case DType::f16: return npy::Dtype::f16;
+    case DType::bf16: return npy::Dtype::u16;
+  }
+  return npy::Dtype::f32;
+}
+
+CaseConfig parse_config(const json& j, const std::string& where) {
+  if (!j.is_object()) fail(where + ": expected a JSON object");
+  CaseConfig c;
+  c.op = parse_op(get_string(j, "op", where), where);
+  with_where(where, [&] {
+    c.layout = parse_token_layout(get_string(j, "layout", where), "layout");
+    c.dtype = parse_dtype(get_string(j, "dtype", where), "dtype");
+    c.table_dtype = parse_dtype(get_string(j, "table_dtype", where), "table_dtype");
+    c.in_layout = parse_pair_layout(get_string(j, "in_layout", where), "in_layout");
+    c.out_layout = parse_pair_layout(get_string(j, "out_layout", where), "out_layout");
+    c.table_layout = parse_pair_layout(get_string(j, "table_layout", where), "table_layout");
+    if (j.contains("freq_mode")) c.freq_mode = parse_freq_mode(get_string(j, "freq_mode", where));
+    return 0;
+  });
+  const bool rope = is_rope_op(c.op);
+  c.emb_dim = get_int(j, "emb_dim", where, 0, true);
+  c.nope_dim = get_int(j, "nope_dim", where, 0, rope);
+  c.k_dim = get_int(j, "k_dim", where, 0, !rope);
+  c.v_dim = get_int(j, "v_dim", where, 0, !rope);
+  c.inverse = get_bool(j, "inverse", where);
+  c.in_place = get_bool(j, "in_place", where);
+  if (c.in_place && !rope) fail(where + ": in_place = true, but " + std::string(to_string(c.op)) + " has no in-place form");
+  c.cp_size = get_int(j, "cp_size", where, 1, false);
+  c.cp_rank = get_int(j, "cp_rank", where, 0, false);
+  c.max_seqlen = get_int(j, "max_seqlen", where, 0, false);
+  const json& inputs = require(j, "inputs", where);
+  if (!inputs.is_object()) fail(where + ": 'inputs' must be an object of name -> file");
+  for (const auto& [name, file] : inputs.items()) {
+    if (!file.is_string()) fail(where + ": inputs." + name + " must be a file name");
+    c.inputs[name] = file.get<std::string>();
+  }
+  return c;
+}
+
+json to_json(const CaseConfig& c) {
+  json j;
+  j["op"] = to_string(c.op);
+  j["layout"] = to_string(c.layout);
+  j["dtype"] = to_string(c.dtype);
+  j["table_dtype"] = to_string(c.table_dtype);
+  j["emb_dim"] = c.emb_dim;
+  if (is_rope_op(c.op)) {
+    j["nope_dim"] = c.nope_dim;
+  } else {
+    j["k_dim"] = c.k_dim;
+    j["v_dim"] = c.v_dim;
+  }
+  j["in_layout"] = to_string(c.in_layout);
+  j["out_layout"] = to_string(c.out_layout);
+  j["table_layout"] = to_string(c.table_layout);
+  j["inverse"] = c.inverse;
+  j["in_place"] = c.in_place;
+  j["cp_size"] = c.cp_size;
+  j["cp_rank"] = c.cp_rank;
+  if (c.layout == TokenLayout::thd) {
+    j["freq_mode"] = to_string(c.freq_mode);
+    j["max_seqlen"] = c.max_seqlen;
+  }
+  j["inputs"] = c.inputs;
+  return j;
+}
+
+std::vector<std::string> required_inputs(const CaseConfig& c) {
+  std::vector<std::string> names = {"cos", "sin"};
+  switch (c.op) {
+    case Op::rope: names.push_back("t"); break;
+    case Op::rope_backward: names.push_back("grad_out"); break;
+    case Op::kv_split: names.insert(names.end(), {"kv", "k_pe"}); break;
+    case Op::kv_split_backward: names.insert(names.end(), {"grad_key", "grad_value"}); break;
+  }
+  if (c.layout == TokenLayout::thd) names.push_back("cu_seqlens");
+  return names;
+}
+
+std::vector<std::string> output_names(Op op) {
+  switch (op) {
+    case Op::rope: return {"out"};
+    case Op::rope_backward: return {"grad_t"};
+    case Op::kv_split: return {"key", "value"};
+    case Op::kv_split_backward: return {"grad_kv", "grad_k_pe"};
+  }
+  return {};
+}
+
+Case read_case(const fs::path& dir) {
+  const fs::path json_path = dir / "case.json";
+  const std::string where = json_path.string();
+  std::ifstream in(json_path);
+  if (!in) fail(where + ": cannot open (is " + dir.string() + " a case directory?)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    fail(where + ": not valid JSON: " + e.what());
+  }
+  Case c;
+  c.config = parse_config(j, where);
+  for (const std::string& name : required_inputs(c.config))
+    if (!c.config.inputs.count(name))
+      fail(where + ": inputs has no '" + name + "', which " + std::string(to_string(c.config.op)) +
+           (name == "cu_seqlens" ? " on THD" : "") + " needs");
+  static const char* optional[] = {"position_ids", "seq_offsets"};
+  std::vector<std::string> names = required_inputs(c.config);
+  for (const char* name : optional)
+    if (c.config.inputs.count(name)) names.push_back(name);
+  for (const std::string& name : names) {
+    const fs::path file = dir / c.config.inputs.at(name);
+    npy::Array a;
+    try {
+      a = npy::read(file);
+    } catch (const npy::Error& e) {
+      fail(e.what());
+    }
+    check_array(file.string(), name, a, c.config);
+    c.arrays[name] = std::move(a);
+  }
+  return c;
+}
+
+void write_case(const fs::path& dir, const Case& c) {
+  fs::create_directories(dir);
+  for (const auto& [name, array] : c.arrays) {
+    const auto it = c.config.inputs.find(name);
+    const std::string file = it != c.config.inputs.end() ? it->second : name + ".npy";
+    npy::write(dir / file, array);
+  }
+  CaseConfig config = c.config;
+  for (const auto& [name, array] : c.arrays)
+    if (!config.inputs.count(name)) config.inputs[name] = name + ".npy";
+  std::ofstream out(dir / "case.json");
+  out << to_json(config).dump(1) << "\n";
+  if (!out) fail((dir / "case.json").string() + ": cannot write");
+}
+
+void write_outputs(const fs::path& dir, const CaseOutputs& outputs) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail(dir.string() + ": cannot create output directory: " + ec.message());
+  for (const auto& [name, array] : outputs.arrays) {
+    try {
+      npy::write(dir / (name + ".npy"), array);
+    } catch (const npy::Error& e) {
+      fail(e.what());
+    }
+  }
+}
+
+namespace {
+template <class View, class ArrayRef>
+View make_view(ArrayRef& a, DType dtype) {
+  View v;
+  v.data = a.bytes.data();
+  v.dtype = dtype;
+  v.rank = static_cast<int>(a.shape.size());
+  std::int64_t stride = 1;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    v.shape[d] = a.shape[d];
+    v.strides[d] = stride;
+    stride *= a.shape[d];
+  }
+  return v;
+}
+}  // namespace
+
+ConstTensorView view_of(const npy::Array& a, DType dtype) {
+  return make_view<ConstTensorView>(a, dtype);
+}
+TensorView view_of(npy::Array& a, DType dtype) { return make_view<TensorView>(a, dtype); }
+
+}  // namespace mlarope::harness

@@ -1,0 +1,59 @@
+// Every backend on every Megatron case of ../shared/cases/megatron (float64 answers of
+// Megatron-LM's unfused PyTorch path). Skips with a message where the folder is absent.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "case_run.h"
+#include "compare.h"
+
+namespace fs = std::filesystem;
+using namespace mlarope;
+using namespace mlarope::harness;
+
+namespace {
+
+std::vector<fs::path> case_dirs() {
+  std::vector<fs::path> dirs;
+  const char* root = std::getenv("MLAROPE_CASES_DIR");
+  if (!root || !fs::is_directory(root)) return dirs;
+  for (const auto& entry : fs::directory_iterator(root))
+    if (fs::exists(entry.path() / "case.json")) dirs.push_back(entry.path());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+class MegatronCases : public testing::TestWithParam<std::string> {};
+
+// The reference rounds the exact result once: at most half an ulp from Megatron's float64.
+TEST_P(MegatronCases, EveryOutputWithinHalfAnUlpOfMegatron) {
+  const std::vector<fs::path> dirs = case_dirs();
+  if (dirs.empty())
+    GTEST_SKIP() << "no Megatron cases: set MLAROPE_CASES_DIR to shared/cases/megatron "
+                    "(CMake passes ../shared/cases/megatron; it is absent here)";
+  const Backend backend = find_backend(GetParam());
+  int outputs_checked = 0;
+  for (const fs::path& dir : dirs) {
+    SCOPED_TRACE(dir.string());
+    const Case c = read_case(dir);
+    const CaseOutputs outputs = run_case(c, backend);
+    EXPECT_EQ(outputs.status, kStatusOk);
+    for (const std::string& name : output_names(c.config.op)) {
+      const fs::path expected = dir / ("expected_" + name + ".npy");
+      ASSERT_TRUE(fs::exists(expected)) << expected;
+      const npy::Array& got = outputs.arrays.at(name);
+      const Comparison cmp = compare_ulps(got, c.config.dtype, npy::read(expected));
+      ASSERT_TRUE(cmp.same_shape) << name;
+      EXPECT_LE(cmp.max_ulps, 0.5) << name << ": " << cmp.summary(got.shape);
+      EXPECT_EQ(cmp.nan_mismatches, 0) << name;
+      ++outputs_checked;
+    }
+  }
+  EXPECT_GE(outputs_checked, static_cast<int>(dirs.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MegatronCases, testing::Values(std::string("reference")),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
