@@ -7,6 +7,7 @@
 
 #include "case_run.h"
 #include "compare.h"
+#include "tolerance.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;
@@ -27,28 +28,37 @@ std::vector<fs::path> case_dirs() {
 class MegatronCases : public testing::TestWithParam<std::string> {};
 
 // The reference rounds the exact result once: at most half an ulp from Megatron's float64.
-TEST_P(MegatronCases, EveryOutputWithinHalfAnUlpOfMegatron) {
+// An f32-computing backend must meet DESIGN.md's tolerance model.
+TEST_P(MegatronCases, EveryOutputMatchesMegatron) {
   const std::vector<fs::path> dirs = case_dirs();
   if (dirs.empty())
     GTEST_SKIP() << "no Megatron cases: set MLAROPE_CASES_DIR to shared/cases/megatron "
                     "(CMake passes ../shared/cases/megatron; it is absent here)";
   const Backend backend = find_backend(GetParam());
+  const bool is_reference = backend.name == "reference";
   int outputs_checked = 0;
   for (const fs::path& dir : dirs) {
     SCOPED_TRACE(dir.string());
     const Case c = read_case(dir);
     const CaseOutputs outputs = run_case(c, backend);
     EXPECT_EQ(outputs.status, kStatusOk);
+    std::map<std::string, npy::Array> expected;
     for (const std::string& name : output_names(c.config.op)) {
-      const fs::path expected = dir / ("expected_" + name + ".npy");
-      ASSERT_TRUE(fs::exists(expected)) << expected;
+      const fs::path file = dir / ("expected_" + name + ".npy");
+      ASSERT_TRUE(fs::exists(file)) << file;
+      expected[name] = npy::read(file);
       const npy::Array& got = outputs.arrays.at(name);
-      const Comparison cmp = compare_ulps(got, c.config.dtype, npy::read(expected));
+      const Comparison cmp = compare_ulps(got, c.config.dtype, expected[name]);
       ASSERT_TRUE(cmp.same_shape) << name;
-      EXPECT_LE(cmp.max_ulps, 0.5) << name << ": " << cmp.summary(got.shape);
+      if (is_reference) {
+        EXPECT_LE(cmp.max_ulps, 0.5) << name << ": " << cmp.summary(got.shape);
+      }
       EXPECT_EQ(cmp.nan_mismatches, 0) << name;
       ++outputs_checked;
     }
+    const ToleranceResult tolerance = check_tolerance(c, outputs.arrays, expected);
+    EXPECT_TRUE(tolerance.ok()) << tolerance.violations << " violations, first "
+                                << tolerance.first_violation;
   }
   EXPECT_GE(outputs_checked, static_cast<int>(dirs.size()));
 }

@@ -1,0 +1,181 @@
+#include "tolerance.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "case_run.h"
+#include "compare.h"
+#include "positions.h"
+
+namespace mlarope::harness {
+namespace {
+
+constexpr double kEpsF32 = std::numeric_limits<float>::epsilon();
+
+struct PairSlots {
+  std::int64_t u, v;
+};
+PairSlots slots(PairLayout layout, std::int64_t i, std::int64_t d) {
+  return layout == PairLayout::half ? PairSlots{i, i + d / 2} : PairSlots{2 * i, 2 * i + 1};
+}
+
+double table_abs(const Case& c, const char* name, std::int64_t row, std::int64_t k) {
+  const npy::Array& a = c.arrays.at(name);
+  return std::fabs(value_at(a, c.config.table_dtype, row * c.config.emb_dim + k));
+}
+
+// Magnitudes of the two products behind each rotated element of one slice:
+// forward y[ou] ~ |u c[tu]| + |v s[tu]|, y[ov] ~ |v c[tv]| + |u s[tv]|; the adjoint likewise.
+void slice_terms(const Case& c, std::int64_t freq_row, const double* x, double* terms,
+                 bool adjoint) {
+  const CaseConfig& k = c.config;
+  const std::int64_t d = k.emb_dim;
+  for (std::int64_t i = 0; i < d / 2; ++i) {
+    const PairSlots in = slots(k.in_layout, i, d), out = slots(k.out_layout, i, d),
+                    tab = slots(k.table_layout, i, d);
+    const double cu = table_abs(c, "cos", freq_row, tab.u), su = table_abs(c, "sin", freq_row, tab.u);
+    const double cv = table_abs(c, "cos", freq_row, tab.v), sv = table_abs(c, "sin", freq_row, tab.v);
+    if (!adjoint) {
+      const double u = std::fabs(x[in.u]), v = std::fabs(x[in.v]);
+      terms[out.u] = u * cu + v * su;
+      terms[out.v] = v * cv + u * sv;
+    } else {
+      const double gu = std::fabs(x[out.u]), gv = std::fabs(x[out.v]);
+      terms[in.u] = gu * cu + gv * sv;
+      terms[in.v] = gu * su + gv * cv;
+    }
+  }
+}
+
+std::int64_t heads_of(const npy::Array& a) { return a.shape[a.shape.size() - 2]; }
+
+RowShape rows_of(const npy::Array& a) {
+  return a.shape.size() == 4 ? RowShape{a.shape[0], a.shape[1]} : RowShape{a.shape[0], 1};
+}
+
+std::vector<double> rope_terms(const Case& c, const reference::RowMap& map) {
+  const bool adjoint = c.config.op == Op::rope_backward;
+  const npy::Array& in = c.arrays.at(adjoint ? "grad_out" : "t");
+  const std::int64_t heads = in.shape[in.shape.size() - 2], width = in.shape.back();
+  const std::int64_t nope = c.config.nope_dim, d = c.config.emb_dim;
+  std::vector<double> terms(in.size(), 0.0), x(d);
+  for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
+    if (map.freq_row[row] == reference::RowMap::kPassThrough) continue;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t base = (row * heads + h) * width + nope;
+      for (std::int64_t k = 0; k < d; ++k) x[k] = value_at(in, c.config.dtype, base + k);
+      slice_terms(c, map.freq_row[row], x.data(), terms.data() + base, adjoint);
+    }
+  }
+  for (double& t : terms) t *= 4 * kEpsF32;
+  return terms;
+}
+
+std::vector<double> key_terms(const Case& c, const reference::RowMap& map) {
+  const npy::Array& kv = c.arrays.at("kv");
+  const npy::Array& k_pe = c.arrays.at("k_pe");
+  const std::int64_t heads = kv.shape[kv.shape.size() - 2], kd = c.config.k_dim, d = c.config.emb_dim;
+  std::vector<double> terms(map.freq_row.size() * heads * (kd + d), 0.0);
+  std::vector<double> x(d), slice(d);
+  for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
+    if (map.freq_row[row] == reference::RowMap::kPassThrough) continue;
+    for (std::int64_t k = 0; k < d; ++k) x[k] = value_at(k_pe, c.config.dtype, row * d + k);
+    slice_terms(c, map.freq_row[row], x.data(), slice.data(), false);
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t k = 0; k < d; ++k)
+        terms[(row * heads + h) * (kd + d) + kd + k] = 4 * kEpsF32 * slice[k];
+  }
+  return terms;
+}
+
+std::vector<double> grad_k_pe_terms(const Case& c, const reference::RowMap& map) {
+  const npy::Array& gk = c.arrays.at("grad_key");
+  const std::int64_t heads = gk.shape[gk.shape.size() - 2], kd = c.config.k_dim, d = c.config.emb_dim;
+  std::vector<double> terms(map.freq_row.size() * d, 0.0), sum(d), sum_terms(d), head(d), head_terms(d);
+  for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
+    const std::int64_t freq_row = map.freq_row[row];
+    const bool pass = freq_row == reference::RowMap::kPassThrough;
+    std::fill(sum.begin(), sum.end(), 0.0);
+    std::fill(head_terms.begin(), head_terms.end(), 0.0);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t k = 0; k < d; ++k) {
+        head[k] = value_at(gk, c.config.dtype, (row * heads + h) * (kd + d) + kd + k);
+        sum[k] += head[k];
+      }
+      // Error of summing the heads in f32 first, carried through the rotation.
+      if (pass) {
+        for (std::int64_t k = 0; k < d; ++k) head_terms[k] += std::fabs(head[k]);
+      } else {
+        slice_terms(c, freq_row, head.data(), sum_terms.data(), true);
+        for (std::int64_t k = 0; k < d; ++k) head_terms[k] += sum_terms[k];
+      }
+    }
+    if (!pass) slice_terms(c, freq_row, sum.data(), sum_terms.data(), true);
+    for (std::int64_t k = 0; k < d; ++k)
+      terms[row * d + k] = (pass ? 0.0 : 4 * kEpsF32 * sum_terms[k]) + heads * kEpsF32 * head_terms[k];
+  }
+  return terms;
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<double>> f32_error_terms(const Case& c) {
+  const char* first = c.config.op == Op::rope ? "t"
+                      : c.config.op == Op::rope_backward ? "grad_out"
+                      : c.config.op == Op::kv_split ? "kv" : "grad_key";
+  const npy::Array& in = c.arrays.at(first);
+  const reference::RowMap map =
+      reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
+  std::map<std::string, std::vector<double>> terms;
+  switch (c.config.op) {
+    case Op::rope: terms["out"] = rope_terms(c, map); break;
+    case Op::rope_backward: terms["grad_t"] = rope_terms(c, map); break;
+    case Op::kv_split:
+      terms["key"] = key_terms(c, map);
+      terms["value"].assign(map.freq_row.size() * heads_of(in) * c.config.v_dim, 0.0);
+      break;
+    case Op::kv_split_backward:
+      terms["grad_kv"].assign(map.freq_row.size() * heads_of(in) * (c.config.k_dim + c.config.v_dim), 0.0);
+      terms["grad_k_pe"] = grad_k_pe_terms(c, map);
+      break;
+  }
+  return terms;
+}
+
+ToleranceResult check_tolerance(const Case& c, const std::map<std::string, npy::Array>& got,
+                                const std::map<std::string, npy::Array>& expected) {
+  const auto terms = f32_error_terms(c);
+  ToleranceResult result;
+  for (const auto& [name, bound_terms] : terms) {
+    const npy::Array& g = got.at(name);
+    const npy::Array& e = expected.at(name);
+    if (g.shape != e.shape || g.size() != static_cast<std::int64_t>(bound_terms.size())) {
+      ++result.violations;
+      if (result.first_violation.empty()) result.first_violation = name + ": shape differs";
+      continue;
+    }
+    for (std::int64_t i = 0; i < g.size(); ++i) {
+      const double gv = value_at(g, c.config.dtype, i), ev = value_at(e, c.config.dtype, i);
+      ++result.checked;
+      if (std::isnan(gv) && std::isnan(ev)) continue;
+      const double err = std::fabs(gv - ev), ulp = ulp_of(c.config.dtype, ev);
+      result.max_ulps = std::max(result.max_ulps, err / ulp);
+      const double allowed = bound_terms[i] == 0.0 ? 0.0 : ulp + bound_terms[i];
+      // Copied elements must be exact; the expected values may be float64, so allow their rounding.
+      const double exact_allowed = bound_terms[i] == 0.0 ? 0.5 * ulp : allowed;
+      if (!(err <= exact_allowed)) {
+        if (result.violations++ == 0) {
+          std::ostringstream s;
+          s.precision(9);
+          s << name << index_string(i, g.shape) << ": expected " << ev << ", got " << gv
+            << ", allowed " << exact_allowed << " (" << err / ulp << " ulp)";
+          result.first_violation = s.str();
+        }
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace mlarope::harness

@@ -1,0 +1,31 @@
+// DESIGN.md's tolerance model: how far an f32-computing backend may be from the exact result.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "case_file.h"
+
+namespace mlarope::harness {
+
+/// Per output element: the f32 error allowance `4 * eps_f32 * (|u * c| + |v * s|)` (plus, for
+/// grad_k_pe, `H * eps_f32 * sum over heads of (|gu| |c| + |gv| |s|)`); zero where the element
+/// is copied (nope parts, value, passed-through rows). The ulp of the output is added by check.
+std::map<std::string, std::vector<double>> f32_error_terms(const Case& c);
+
+/// Outcome of comparing a backend's outputs with expected values under the tolerance model.
+struct ToleranceResult {
+  std::int64_t checked = 0;
+  std::int64_t violations = 0;
+  double max_ulps = 0.0;        ///< largest |got - expected| in ulps of the output dtype
+  std::string first_violation;  ///< "out[3, 0, 1, 12]: expected .., got .., allowed .."
+  bool ok() const { return violations == 0; }
+};
+
+/// Check every output in `got` against `expected` (arrays of any stored dtype, e.g. float64):
+/// |got - expected| <= ulp_out(expected) + f32_error_terms, element by element.
+ToleranceResult check_tolerance(const Case& c, const std::map<std::string, npy::Array>& got,
+                                const std::map<std::string, npy::Array>& expected);
+
+}  // namespace mlarope::harness
