@@ -121,9 +121,15 @@ CaseOutputs run_case(const Case& c, const Backend& backend) {
 }
 
 Backend reference_backend() {
-  return {"reference",           reference::rope,          reference::rope_inplace,
-          reference::rope_backward, reference::rope_backward_inplace, reference::kv_split,
-          reference::kv_split_backward};
+  Backend b;
+  b.name = "reference";
+  b.rope = reference::rope;
+  b.rope_inplace = reference::rope_inplace;
+  b.rope_backward = reference::rope_backward;
+  b.rope_backward_inplace = reference::rope_backward_inplace;
+  b.kv_split = reference::kv_split;
+  b.kv_split_backward = reference::kv_split_backward;
+  return b;
 }
 
 std::vector<std::string> backend_names() { return {"reference"}; }

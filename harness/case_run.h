@@ -2,6 +2,7 @@
 // allocated in the activation dtype.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,6 +21,11 @@ struct Backend {
   std::function<void(const RopeBackwardInplaceCall&)> rope_backward_inplace;
   std::function<void(const KvSplitCall&)> kv_split;
   std::function<void(const KvSplitBackwardCall&)> kv_split_backward;
+  /// Optional: the same backend running blocks and threads in another order (host executor).
+  std::function<Backend(std::uint64_t order_seed)> with_order_seed;
+  /// Optional: record the calls `launches` makes into a graph without running them, and return
+  /// a function that replays the graph, re-reading the buffers at replay (SPEC.md §6).
+  std::function<std::function<void()>(const std::function<void()>& launches)> capture;
 };
 
 /// The CPU reference as a Backend.
