@@ -1,0 +1,246 @@
+// Google Benchmark of every op on every host-memory backend (reference, host) at realistic
+// shapes, with the minimum traffic of each op, GB/s, and the fraction of the copy bandwidth
+// measured in the same run. `--full` runs the full set (T 1K..16K); the default is a smoke set.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "case_run.h"
+#include "mlarope/host_convert.h"
+#include "shapes.h"
+
+using namespace mlarope;
+using namespace mlarope::bench;
+
+namespace {
+
+// Copy `bytes` from src to dst split over the machine's cores.
+void parallel_copy(char* dst, const char* src, std::size_t bytes) {
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  const std::size_t chunk = (bytes + threads - 1) / threads;
+  for (unsigned t = 0; t < threads; ++t) {
+    const std::size_t begin = t * chunk, end = std::min(bytes, begin + chunk);
+    if (begin < end) pool.emplace_back([=] { std::memcpy(dst + begin, src + begin, end - begin); });
+  }
+  for (std::thread& th : pool) th.join();
+}
+
+// Bytes per second of a parallel copy (read + write counted), best of a few runs of 256 MiB.
+double copy_bandwidth() {
+  static const double bandwidth = [] {
+    const std::size_t bytes = 256u << 20;
+    std::vector<char> a(bytes, 1), b(bytes, 2);
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      parallel_copy(b.data(), a.data(), bytes);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return 2.0 * bytes / best;
+  }();
+  return bandwidth;
+}
+
+std::vector<std::byte> random_bytes(std::int64_t count, DType dtype, std::uint32_t seed) {
+  std::vector<std::byte> v(count * dtype_size(dtype));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-1, 1);
+  for (std::int64_t i = 0; i < count; ++i) store_rounded(v.data(), dtype, i, dist(rng));
+  return v;
+}
+
+// Buffers and call descriptors of one benchmark.
+struct Fixture {
+  Shape s;
+  std::vector<std::byte> a, b, k_pe, out2;
+  std::vector<float> cos, sin;
+  std::vector<std::int32_t> cu;
+
+  explicit Fixture(const Shape& shape) : s(shape), cu(shape.cu_seqlens) {
+    const std::int64_t rows = s.tokens, table_rows = s.tokens;
+    a = random_bytes(rows * s.heads * (s.nope_dim + s.emb_dim + s.k_dim + s.v_dim), s.dtype, 1);
+    b = random_bytes(rows * s.heads * (s.nope_dim + s.emb_dim + s.k_dim + s.v_dim), s.dtype, 2);
+    k_pe = random_bytes(rows * s.emb_dim, s.dtype, 3);
+    out2 = random_bytes(rows * s.heads * s.v_dim, s.dtype, 4);
+    cos.resize(table_rows * s.emb_dim);
+    sin.resize(table_rows * s.emb_dim);
+    for (std::int64_t p = 0; p < table_rows; ++p)
+      for (std::int64_t k = 0; k < s.emb_dim; ++k) {
+        const double angle = p * std::pow(10000.0, -2.0 * (k % (s.emb_dim / 2)) / s.emb_dim);
+        cos[p * s.emb_dim + k] = static_cast<float>(std::cos(angle));
+        sin[p * s.emb_dim + k] = static_cast<float>(std::sin(angle));
+      }
+  }
+
+  template <class Void>
+  BasicTensorView<Void> heads_view(Void* data, std::int64_t heads, std::int64_t width) const {
+    if (s.layout == TokenLayout::sbhd) return contiguous_view<Void>(data, s.dtype, {s.tokens, 1, heads, width});
+    return contiguous_view<Void>(data, s.dtype, {s.tokens, heads, width});
+  }
+
+  Rotation rotation() const {
+    Rotation r;  // Megatron's MLA mode
+    r.cos = contiguous_view<const void>(cos.data(), DType::f32, {s.tokens, s.emb_dim});
+    r.sin = contiguous_view<const void>(sin.data(), DType::f32, {s.tokens, s.emb_dim});
+    return r;
+  }
+
+  Positions positions() const {
+    Positions p;
+    p.layout = s.layout;
+    if (s.layout == TokenLayout::thd) {
+      p.cu_seqlens = {cu.data(), IndexType::i32, static_cast<std::int64_t>(cu.size())};
+      p.max_seqlen = s.tokens;
+    }
+    return p;
+  }
+
+  RopeArgs rope_args() const { return {s.nope_dim, s.emb_dim, rotation(), positions(), nullptr}; }
+  KvSplitArgs kv_args() const {
+    return {s.k_dim, s.v_dim, s.emb_dim, rotation(), positions(), nullptr};
+  }
+};
+
+// The call of `op`, made once and then run in the timing loop.
+std::function<void()> make_call(BenchOp op, Fixture& f, const harness::Backend& backend) {
+  const Shape& s = f.s;
+  const std::int64_t d = s.nope_dim + s.emb_dim;
+  switch (op) {
+    case BenchOp::rope: {
+      const RopeCall c{f.heads_view<const void>(f.a.data(), s.heads, d), f.heads_view<void>(f.b.data(), s.heads, d), f.rope_args()};
+      return [=] { backend.rope(c); };
+    }
+    case BenchOp::rope_inplace: {
+      const RopeInplaceCall c{f.heads_view<void>(f.a.data(), s.heads, d), f.rope_args()};
+      return [=] { backend.rope_inplace(c); };
+    }
+    case BenchOp::rope_backward: {
+      const RopeBackwardCall c{f.heads_view<const void>(f.a.data(), s.heads, d), f.heads_view<void>(f.b.data(), s.heads, d), f.rope_args()};
+      return [=] { backend.rope_backward(c); };
+    }
+    case BenchOp::kv_split: {
+      const KvSplitCall c{f.heads_view<const void>(f.a.data(), s.heads, s.k_dim + s.v_dim),
+                          f.heads_view<const void>(f.k_pe.data(), 1, s.emb_dim),
+                          f.heads_view<void>(f.b.data(), s.heads, s.k_dim + s.emb_dim),
+                          f.heads_view<void>(f.out2.data(), s.heads, s.v_dim), f.kv_args()};
+      return [=] { backend.kv_split(c); };
+    }
+    case BenchOp::kv_split_backward: {
+      const KvSplitBackwardCall c{f.heads_view<const void>(f.a.data(), s.heads, s.k_dim + s.emb_dim),
+                                  f.heads_view<const void>(f.out2.data(), s.heads, s.v_dim),
+                                  f.heads_view<void>(f.b.data(), s.heads, s.k_dim + s.v_dim),
+                                  f.heads_view<void>(f.k_pe.data(), 1, s.emb_dim), f.kv_args()};
+      return [=] { backend.kv_split_backward(c); };
+    }
+  }
+  return [] {};
+}
+
+// Counters: minimum bytes, achieved GB/s, the copy bandwidth of this run, and the fraction of
+// the floor (bytes / copy bandwidth) over the time taken.
+void set_counters(benchmark::State& state, std::int64_t bytes, double seconds) {
+  state.SetBytesProcessed(state.iterations() * bytes);
+  const double achieved = seconds > 0 ? static_cast<double>(bytes) * state.iterations() / seconds : 0;
+  state.counters["bytes"] = static_cast<double>(bytes);
+  state.counters["GBps"] = achieved * 1e-9;
+  state.counters["copy_GBps"] = copy_bandwidth() * 1e-9;
+  state.counters["floor_fraction"] = achieved / copy_bandwidth();
+}
+
+// Run `body` once per iteration and return the seconds the loop took.
+template <class F>
+double timed_loop(benchmark::State& state, F&& body) {
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    body();
+    benchmark::ClobberMemory();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Input sets to rotate among so that the data of one pass (>= 64 MiB) does not sit in cache.
+int rotation_sets(std::int64_t bytes) {
+  constexpr std::int64_t kBeyondCache = 64ll << 20;
+  return static_cast<int>(std::max<std::int64_t>(1, (kBeyondCache + bytes - 1) / bytes));
+}
+
+void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend backend) {
+  const std::int64_t bytes = minimum_bytes(op, shape);
+  std::vector<std::unique_ptr<Fixture>> fixtures;
+  std::vector<std::function<void()>> calls;
+  for (int i = 0; i < rotation_sets(bytes); ++i) {
+    fixtures.push_back(std::make_unique<Fixture>(shape));
+    calls.push_back(make_call(op, *fixtures.back(), backend));
+  }
+  for (auto& call : calls) call();  // warm-up
+  copy_bandwidth();
+  std::size_t next = 0;
+  const double seconds = timed_loop(state, [&] { calls[next++ % calls.size()](); });
+  set_counters(state, bytes, seconds);
+}
+
+// A plain parallel copy moving the same bytes as `op` (half read, half written).
+void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
+  const std::int64_t bytes = minimum_bytes(op, shape);
+  const int sets = rotation_sets(bytes);
+  std::vector<char> src(sets * (bytes / 2), 1), dst(sets * (bytes / 2), 0);
+  copy_bandwidth();
+  std::int64_t next = 0;
+  const double seconds = timed_loop(state, [&] {
+    const std::int64_t offset = (next++ % sets) * (bytes / 2);
+    parallel_copy(dst.data() + offset, src.data() + offset, bytes / 2);
+  });
+  set_counters(state, bytes, seconds);
+}
+
+bool take_flag(int& argc, char** argv, const std::string& flag) {
+  for (int i = 1; i < argc; ++i)
+    if (argv[i] == flag) {
+      std::copy(argv + i + 1, argv + argc, argv + i);
+      --argc;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool full = take_flag(argc, argv, "--full");
+  if (take_flag(argc, argv, "--help-mlarope")) {
+    std::printf("mlarope_bench [--full] [Google Benchmark flags]\n"
+                "  default: smoke set (T=1K); --full: T 1K..16K, both models, both layouts\n");
+    return 0;
+  }
+  for (const std::string& name : harness::backend_names()) {
+    if (name == "cuda") continue;  // timed with events in cuda_bench
+    const harness::Backend backend = harness::find_backend(name);
+    for (const Shape& shape : bench_shapes(full))
+      for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward,
+                         BenchOp::kv_split, BenchOp::kv_split_backward}) {
+        const std::string label = to_string(op) + "/" + name + "/" + shape_label(shape);
+        benchmark::RegisterBenchmark(label.c_str(), run_op, op, shape, backend)
+            ->Unit(benchmark::kMillisecond)->UseRealTime();
+      }
+  }
+  for (const Shape& shape : bench_shapes(full))
+    for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::kv_split}) {
+      const std::string label = to_string(op) + "/copy/" + shape_label(shape);
+      benchmark::RegisterBenchmark(label.c_str(), run_copy, op, shape)
+          ->Unit(benchmark::kMillisecond)->UseRealTime();
+    }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
