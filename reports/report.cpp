@@ -1,0 +1,289 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "mlarope/error.h"
+#include "svg.h"
+
+namespace mlarope::reports {
+namespace {
+
+using nlohmann::json;
+
+double to_ms(double value, const std::string& unit) {
+  if (unit == "ns") return value * 1e-6;
+  if (unit == "us") return value * 1e-3;
+  if (unit == "s") return value * 1e3;
+  return value;
+}
+
+double number_or(const json& j, const char* key, double fallback) {
+  return j.contains(key) && j.at(key).is_number() ? j.at(key).get<double>() : fallback;
+}
+
+std::string fixed(double x, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+// Results grouped as op -> shape -> backend -> result, in a stable order.
+using Grouped = std::map<std::string, std::map<std::string, std::map<std::string, BenchResult>>>;
+
+Grouped group(const std::vector<BenchResult>& results) {
+  Grouped g;
+  for (const BenchResult& r : results) g[r.op][r.shape][r.backend] = r;
+  return g;
+}
+
+std::vector<std::string> backends_of(const std::vector<BenchResult>& results) {
+  std::set<std::string> names;
+  for (const BenchResult& r : results) names.insert(r.backend);
+  return {names.begin(), names.end()};
+}
+
+// "counts" of a fuzz.json: category -> (value -> count), where present.
+std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> fuzz_counts(
+    const json& j) {
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> out;
+  if (!j.contains("counts") || !j["counts"].is_object()) return out;
+  for (const auto& [category, values] : j["counts"].items()) {
+    if (!values.is_object()) continue;
+    std::vector<std::pair<std::string, double>> rows;
+    for (const auto& [value, count] : values.items())
+      if (count.is_number()) rows.push_back({value, count.get<double>()});
+    out.push_back({category, rows});
+  }
+  return out;
+}
+
+std::string fuzz_headline(const FuzzReport& f) {
+  const json& j = f.json;
+  std::ostringstream s;
+  s << f.where << ": " << static_cast<long long>(number_or(j, "cases", 0)) << " cases";
+  if (j.contains("cases_per_second")) s << " (" << fixed(number_or(j, "cases_per_second", 0), 0) << " cases/s)";
+  if (j.contains("backend") && j["backend"].is_string()) s << " on " << j["backend"].get<std::string>();
+  const std::size_t failures = j.contains("failures") && j["failures"].is_array() ? j["failures"].size() : 0;
+  s << ", " << failures << " failure" << (failures == 1 ? "" : "s");
+  return s.str();
+}
+
+// One line per failure: what failed and the command that replays it.
+std::vector<std::string> fuzz_failures(const json& j) {
+  std::vector<std::string> lines;
+  if (!j.contains("failures") || !j["failures"].is_array()) return lines;
+  for (const json& f : j["failures"]) {
+    std::string line;
+    for (const char* key : {"check", "op", "message"})
+      if (f.contains(key) && f[key].is_string()) line += (line.empty() ? "" : ": ") + f[key].get<std::string>();
+    for (const char* key : {"replay", "command"})
+      if (f.contains(key) && f[key].is_string()) line += "  replay: `" + f[key].get<std::string>() + "`";
+    lines.push_back(line.empty() ? f.dump() : line);
+  }
+  return lines;
+}
+
+// Histograms of a fuzz.json ("ulp_histograms": {dtype: {label: count}} or {"edges", "counts"}).
+std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> fuzz_histograms(
+    const json& j) {
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> out;
+  const char* key = j.contains("ulp_histograms") ? "ulp_histograms" : "ulp_histogram";
+  if (!j.contains(key) || !j[key].is_object()) return out;
+  for (const auto& [dtype, h] : j[key].items()) {
+    std::vector<std::pair<std::string, double>> bins;
+    if (h.is_object() && h.contains("counts") && h["counts"].is_array()) {
+      const json labels = h.contains("labels") ? h["labels"] : h.value("edges", json::array());
+      for (std::size_t i = 0; i < h["counts"].size(); ++i)
+        bins.push_back({i < labels.size() ? (labels[i].is_string() ? labels[i].get<std::string>() : labels[i].dump())
+                                          : std::to_string(i),
+                        h["counts"][i].get<double>()});
+    } else if (h.is_object()) {
+      for (const auto& [label, count] : h.items())
+        if (count.is_number()) bins.push_back({label, count.get<double>()});
+    }
+    out.push_back({dtype, bins});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<BenchResult> parse_benchmarks(const json& j, const std::string& where) {
+  if (!j.is_object() || !j.contains("benchmarks") || !j["benchmarks"].is_array())
+    throw Error(where + ": not Google Benchmark JSON (no 'benchmarks' array)");
+  std::vector<BenchResult> results;
+  for (const json& b : j["benchmarks"]) {
+    if (b.value("run_type", "iteration") != "iteration" || !b.contains("name")) continue;
+    std::vector<std::string> parts;
+    std::stringstream name(b["name"].get<std::string>());
+    for (std::string part; std::getline(name, part, '/');) parts.push_back(part);
+    if (!parts.empty() && parts.back() == "real_time") parts.pop_back();
+    if (parts.size() < 3) continue;  // not an mlarope_bench name
+    BenchResult r;
+    r.op = parts[0];
+    r.backend = parts[1];
+    for (std::size_t i = 2; i < parts.size(); ++i) r.shape += (i > 2 ? "/" : "") + parts[i];
+    r.time_ms = to_ms(number_or(b, "real_time", 0), b.value("time_unit", "ns"));
+    r.gbps = number_or(b, "GBps", 0);
+    r.floor_fraction = number_or(b, "floor_fraction", 0);
+    r.bytes = number_or(b, "bytes", 0);
+    results.push_back(r);
+  }
+  return results;
+}
+
+GateResult check_baseline(const std::vector<BenchResult>& results, const json& baseline) {
+  GateResult gate;
+  gate.threshold = number_or(baseline, "threshold", 0.25);
+  if (!baseline.contains("floor_fraction") || !baseline["floor_fraction"].is_object())
+    throw Error("baseline: no 'floor_fraction' object of key -> fraction");
+  std::map<std::string, double> now;
+  for (const BenchResult& r : results) now[r.key()] = r.floor_fraction;
+  for (const auto& [key, value] : baseline["floor_fraction"].items()) {
+    const auto it = now.find(key);
+    if (it == now.end()) {
+      gate.missing.push_back(key);
+      continue;
+    }
+    ++gate.compared;
+    const double base = value.get<double>();
+    if (it->second < base * (1 - gate.threshold))
+      gate.regressions.push_back(key + ": floor fraction " + fixed(it->second, 3) + ", baseline " +
+                                 fixed(base, 3) + " (-" + fixed(100 * (1 - it->second / base), 0) + "%)");
+  }
+  return gate;
+}
+
+json make_baseline(const std::vector<BenchResult>& results, const std::string& backend,
+                   double threshold) {
+  json b;
+  b["threshold"] = threshold;
+  b["floor_fraction"] = json::object();
+  for (const BenchResult& r : results)
+    if (backend.empty() || r.backend == backend) b["floor_fraction"][r.key()] = r.floor_fraction;
+  return b;
+}
+
+std::string markdown_summary(const std::vector<BenchResult>& bench,
+                             const std::vector<FuzzReport>& fuzz, const GateResult* gate) {
+  std::ostringstream md;
+  md << "# mlarope report\n\n";
+  if (!fuzz.empty()) {
+    md << "## Fuzz\n\n";
+    for (const FuzzReport& f : fuzz) {
+      md << "- " << fuzz_headline(f) << "\n";
+      for (const std::string& line : fuzz_failures(f.json)) md << "  - " << line << "\n";
+    }
+    md << "\n";
+  }
+  if (!bench.empty()) {
+    const std::vector<std::string> backends = backends_of(bench);
+    md << "## Benchmarks: GB/s and fraction of the copy floor\n\n| op | shape |";
+    for (const std::string& b : backends) md << " " << b << " |";
+    md << "\n|---|---|";
+    for (std::size_t i = 0; i < backends.size(); ++i) md << "---|";
+    md << "\n";
+    for (const auto& [op, shapes] : group(bench))
+      for (const auto& [shape, by_backend] : shapes) {
+        md << "| " << op << " | " << shape << " |";
+        for (const std::string& b : backends) {
+          const auto it = by_backend.find(b);
+          if (it == by_backend.end()) md << " |";
+          else md << " " << fixed(it->second.gbps, 1) << " GB/s, " << fixed(it->second.floor_fraction, 2) << " |";
+        }
+        md << "\n";
+      }
+    md << "\n";
+  }
+  if (gate) {
+    md << "## Regression gate\n\n" << gate->compared << " results compared with the baseline; a drop of "
+       << "the floor fraction by more than " << fixed(100 * gate->threshold, 0) << "% fails. ";
+    md << (gate->ok() ? "**pass**" : "**FAIL**") << "\n";
+    for (const std::string& r : gate->regressions) md << "- " << r << "\n";
+    if (!gate->missing.empty()) md << "- not measured in this run: " << gate->missing.size() << " baseline entries\n";
+    md << "\n";
+  }
+  return md.str();
+}
+
+std::string html_page(const std::vector<BenchResult>& bench, const std::vector<FuzzReport>& fuzz,
+                      const GateResult* gate) {
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>mlarope report</title>\n"
+       "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;"
+       "margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
+       "td:first-child,th:first-child{text-align:left}.fail{color:#b00;font-weight:bold}"
+       ".pass{color:#070;font-weight:bold}code{background:#f5f5f5;padding:1px 4px}</style>\n"
+       "</head><body>\n<h1>mlarope report</h1>\n";
+  if (gate) {
+    h << "<h2>Regression gate</h2><p class='" << (gate->ok() ? "pass" : "fail") << "'>"
+      << (gate->ok() ? "pass" : "FAIL") << "</p><p>" << gate->compared
+      << " results compared with the baseline; a drop of the floor fraction by more than "
+      << fixed(100 * gate->threshold, 0) << "% fails.</p><ul>";
+    for (const std::string& r : gate->regressions) h << "<li>" << escape(r) << "</li>";
+    h << "</ul>\n";
+  }
+  for (const FuzzReport& f : fuzz) {
+    h << "<h2>Fuzz</h2><p>" << escape(fuzz_headline(f)) << "</p>\n";
+    const auto failures = fuzz_failures(f.json);
+    if (!failures.empty()) {
+      h << "<h3 class='fail'>Failures</h3><ul>";
+      for (const std::string& line : failures) h << "<li><code>" << escape(line) << "</code></li>";
+      h << "</ul>\n";
+    }
+    const auto counts = fuzz_counts(f.json);
+    if (!counts.empty()) {
+      h << "<h3>Coverage: cases per value</h3><div style='display:flex;flex-wrap:wrap;gap:16px'>";
+      for (const auto& [category, rows] : counts) {
+        h << "<table><tr><th>" << escape(category) << "</th><th>cases</th></tr>";
+        for (const auto& [value, count] : rows)
+          h << "<tr><td>" << escape(value) << "</td><td>" << static_cast<long long>(count) << "</td></tr>";
+        h << "</table>";
+      }
+      h << "</div>\n";
+    }
+    for (const auto& [dtype, bins] : fuzz_histograms(f.json)) {
+      std::vector<std::string> labels;
+      Series s{"elements", {}};
+      for (const auto& [label, count] : bins) labels.push_back(label), s.values.push_back(count);
+      h << bar_chart("Error vs reference, " + dtype + " outputs", labels, {s}, "error (ulp of the output dtype)",
+                     "elements");
+    }
+  }
+  if (!bench.empty()) {
+    const std::vector<std::string> backends = backends_of(bench);
+    h << "<h2>Benchmarks</h2><p>Fraction of the floor = achieved bandwidth (minimum bytes the op "
+         "must move, over its time) / bandwidth of a plain copy measured in the same run. 1.0 "
+         "(dashed line) is the copy floor.</p>\n";
+    for (const auto& [op, shapes] : group(bench)) {
+      std::vector<std::string> categories;
+      std::vector<Series> series;
+      for (const std::string& b : backends)
+        if (b != "copy") series.push_back({b, {}});
+      for (const auto& [shape, by_backend] : shapes) {
+        categories.push_back(shape);
+        for (Series& s : series) {
+          const auto it = by_backend.find(s.name);
+          s.values.push_back(it == by_backend.end() ? NAN : it->second.floor_fraction);
+        }
+      }
+      h << bar_chart(op + ": fraction of the copy floor", categories, series, "shape (model/layout/tokens/dtype)",
+                     "fraction of copy bandwidth", 1.0);
+    }
+    h << "<table><tr><th>op</th><th>backend</th><th>shape</th><th>time (ms)</th><th>GB/s</th>"
+         "<th>fraction of floor</th></tr>\n";
+    for (const BenchResult& r : bench)
+      h << "<tr><td>" << escape(r.op) << "</td><td>" << escape(r.backend) << "</td><td>" << escape(r.shape)
+        << "</td><td>" << fixed(r.time_ms, 3) << "</td><td>" << fixed(r.gbps, 1) << "</td><td>"
+        << fixed(r.floor_fraction, 3) << "</td></tr>\n";
+    h << "</table>\n";
+  }
+  h << "</body></html>\n";
+  return h.str();
+}
+
+}  // namespace mlarope::reports

@@ -1,0 +1,69 @@
+// The report: parsing benchmark JSON, the regression gate, and what the page and summary show.
+#include <gtest/gtest.h>
+
+#include "mlarope/error.h"
+#include "report.h"
+
+using namespace mlarope::reports;
+using nlohmann::json;
+
+namespace {
+
+json bench_json(double host_fraction) {
+  return json::parse(R"({"context": {}, "benchmarks": [
+    {"name": "rope/host/dsv3/sbhd/T1024/bf16/real_time", "run_type": "iteration", "real_time": 2.5,
+     "time_unit": "ms", "GBps": 20.0, "floor_fraction": )" + std::to_string(host_fraction) + R"(, "bytes": 5e7},
+    {"name": "rope/reference/dsv3/sbhd/T1024/bf16/real_time", "run_type": "iteration", "real_time": 40000,
+     "time_unit": "us", "GBps": 1.2, "floor_fraction": 0.04, "bytes": 5e7},
+    {"name": "rope/host/dsv3/sbhd/T1024/bf16/real_time_mean", "run_type": "aggregate", "real_time": 1,
+     "time_unit": "ms"}]})");
+}
+
+TEST(Report, ParsesMlaropeBenchNamesAndUnits) {
+  const auto results = parse_benchmarks(bench_json(0.5), "b.json");
+  ASSERT_EQ(results.size(), 2u);  // the aggregate is skipped
+  EXPECT_EQ(results[0].op, "rope");
+  EXPECT_EQ(results[0].backend, "host");
+  EXPECT_EQ(results[0].shape, "dsv3/sbhd/T1024/bf16");
+  EXPECT_DOUBLE_EQ(results[0].floor_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(results[1].time_ms, 40.0);
+}
+
+TEST(Report, RejectsJsonThatIsNotABenchmarkOutput) {
+  EXPECT_THROW(parse_benchmarks(json::parse(R"({"cases": 3})"), "x.json"), mlarope::Error);
+}
+
+TEST(Report, GatePassesOnTheBaselineItselfAndFailsOnALargeDrop) {
+  const auto base_results = parse_benchmarks(bench_json(0.5), "b.json");
+  const json baseline = make_baseline(base_results, "host", 0.25);
+  EXPECT_EQ(baseline["floor_fraction"].size(), 1u);  // only the host backend
+  EXPECT_TRUE(check_baseline(base_results, baseline).ok());
+  EXPECT_TRUE(check_baseline(parse_benchmarks(bench_json(0.4), "b.json"), baseline).ok());  // -20%
+  const GateResult slow = check_baseline(parse_benchmarks(bench_json(0.3), "b.json"), baseline);  // -40%
+  EXPECT_FALSE(slow.ok());
+  ASSERT_EQ(slow.regressions.size(), 1u);
+  EXPECT_NE(slow.regressions[0].find("rope/host/dsv3/sbhd/T1024/bf16"), std::string::npos);
+}
+
+TEST(Report, SummaryAndPageShowBenchmarksFuzzCountsFailuresAndGate) {
+  const auto results = parse_benchmarks(bench_json(0.5), "b.json");
+  const json fuzz = json::parse(R"({"cases": 1200, "cases_per_second": 300, "backend": "host",
+    "counts": {"op": {"rope": 700, "kv_split": 500}, "dtype": {"bf16": 1200}},
+    "ulp_histograms": {"bf16": {"0": 900, "0.5": 250, "1": 50}},
+    "failures": [{"check": "value", "op": "rope", "message": "out[1, 0, 3] off by 3 ulp",
+                  "replay": "mlarope check fuzz/failures/case_0001"}]})");
+  const GateResult gate = check_baseline(results, make_baseline(results, "host", 0.25));
+  const std::string md = markdown_summary(results, {{"fuzz.json", fuzz}}, &gate);
+  EXPECT_NE(md.find("| rope | dsv3/sbhd/T1024/bf16 | 20.0 GB/s, 0.50 | 1.2 GB/s, 0.04 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("1200 cases (300 cases/s) on host, 1 failure"), std::string::npos) << md;
+  EXPECT_NE(md.find("mlarope check fuzz/failures/case_0001"), std::string::npos);
+  EXPECT_NE(md.find("**pass**"), std::string::npos);
+  const std::string html = html_page(results, {{"fuzz.json", fuzz}}, &gate);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("fraction of copy bandwidth"), std::string::npos);  // y axis label
+  EXPECT_NE(html.find("error (ulp of the output dtype)"), std::string::npos);
+  EXPECT_NE(html.find("<td>kv_split</td><td>500</td>"), std::string::npos);
+  EXPECT_EQ(html.find("http"), html.find("http://www.w3.org/2000/svg"));  // no network references
+}
+
+}  // namespace

@@ -1,0 +1,102 @@
+#include "svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace mlarope::reports {
+namespace {
+
+const char* kColors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"};
+
+// A "nice" axis maximum and tick step for values up to `max_value`.
+std::pair<double, double> axis_scale(double max_value) {
+  if (!(max_value > 0)) max_value = 1;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(max_value)));
+  for (double step : {0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0}) {
+    const double s = step * magnitude;
+    if (max_value / s <= 6) return {std::ceil(max_value / s - 1e-9) * s, s};
+  }
+  return {max_value, max_value / 5};
+}
+
+std::string number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+}  // namespace
+
+std::string escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string bar_chart(const std::string& title, const std::vector<std::string>& categories,
+                      const std::vector<Series>& series, const std::string& x_label,
+                      const std::string& y_label, double reference_line) {
+  const double left = 70, right = 20, top = 40, bottom = 150;
+  const double group_width = std::max(40.0, 18.0 * series.size() + 16);
+  const double plot_w = group_width * std::max<std::size_t>(1, categories.size());
+  const double plot_h = 220, width = left + plot_w + right, height = top + plot_h + bottom;
+  double max_value = reference_line;
+  for (const Series& s : series)
+    for (double v : s.values)
+      if (std::isfinite(v)) max_value = std::max(max_value, v);
+  const auto [axis_max, step] = axis_scale(max_value);
+  auto y_of = [&](double v) { return top + plot_h - plot_h * v / axis_max; };
+
+  std::ostringstream svg;
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
+      << "' font-family='sans-serif' font-size='11'>\n";
+  svg << "<text x='" << left << "' y='20' font-size='14' font-weight='bold'>" << escape(title) << "</text>\n";
+  for (double v = 0; v <= axis_max + 1e-12; v += step) {  // grid and tick labels
+    svg << "<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << y_of(v) << "' y2='" << y_of(v)
+        << "' stroke='#ddd'/>\n<text x='" << left - 6 << "' y='" << y_of(v) + 4
+        << "' text-anchor='end'>" << number(v) << "</text>\n";
+  }
+  if (reference_line > 0)
+    svg << "<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << y_of(reference_line)
+        << "' y2='" << y_of(reference_line) << "' stroke='#c00' stroke-dasharray='5,3'/>\n";
+  for (std::size_t c = 0; c < categories.size(); ++c) {
+    const double x0 = left + c * group_width + 8;
+    for (std::size_t s = 0; s < series.size(); ++s) {
+      const double v = c < series[s].values.size() ? series[s].values[c] : NAN;
+      if (!std::isfinite(v)) continue;
+      const double x = x0 + s * 18;
+      svg << "<rect x='" << x << "' y='" << y_of(v) << "' width='16' height='" << y_of(0) - y_of(v)
+          << "' fill='" << kColors[s % 6] << "'><title>" << escape(series[s].name) << " "
+          << escape(categories[c]) << ": " << number(v) << "</title></rect>\n";
+    }
+    const double label_x = left + c * group_width + group_width / 2;
+    svg << "<text transform='translate(" << label_x << "," << top + plot_h + 12
+        << ") rotate(40)' text-anchor='start'>" << escape(categories[c]) << "</text>\n";
+  }
+  svg << "<line x1='" << left << "' x2='" << left << "' y1='" << top << "' y2='" << top + plot_h
+      << "' stroke='#333'/>\n<line x1='" << left << "' x2='" << left + plot_w << "' y1='"
+      << top + plot_h << "' y2='" << top + plot_h << "' stroke='#333'/>\n";
+  svg << "<text transform='translate(16," << top + plot_h / 2 << ") rotate(-90)' text-anchor='middle'>"
+      << escape(y_label) << "</text>\n";
+  svg << "<text x='" << left + plot_w / 2 << "' y='" << height - 8 << "' text-anchor='middle'>"
+      << escape(x_label) << "</text>\n";
+  for (std::size_t s = 0; s < series.size(); ++s) {  // legend
+    const double x = left + 200 + s * 110;
+    svg << "<rect x='" << x << "' y='10' width='12' height='12' fill='" << kColors[s % 6]
+        << "'/><text x='" << x + 16 << "' y='20'>" << escape(series[s].name) << "</text>\n";
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+}  // namespace mlarope::reports

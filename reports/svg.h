@@ -1,0 +1,24 @@
+// Small inline SVG charts for the report page.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mlarope::reports {
+
+/// One named series of values, one per category.
+struct Series {
+  std::string name;
+  std::vector<double> values;  ///< NaN = no value
+};
+
+/// A grouped bar chart: categories along x, one bar per series, a labelled y axis with ticks.
+/// `reference_line` > 0 draws a dashed horizontal line there (e.g. 1.0 = the copy floor).
+std::string bar_chart(const std::string& title, const std::vector<std::string>& categories,
+                      const std::vector<Series>& series, const std::string& x_label,
+                      const std::string& y_label, double reference_line = 0);
+
+/// Escape text for HTML and SVG.
+std::string escape(const std::string& text);
+
+}  // namespace mlarope::reports
