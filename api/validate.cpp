@@ -364,6 +364,11 @@ void validate(const YarnTablesCall& c) {
   if (p.rotary_base == 1.0) fail("rotary_base = 1: expected a base other than 1");
   if (!std::isfinite(p.mscale) || !std::isfinite(p.mscale_all_dim))
     fail("mscale / mscale_all_dim: expected finite numbers");
+  // Megatron's mscale(s, m) = 0.1 * m * ln(s) + 1 for s > 1; the concentration divides by it.
+  const double denominator = p.scaling_factor <= 1 ? 1.0 : 0.1 * p.mscale_all_dim * std::log(p.scaling_factor) + 1;
+  if (std::isnan(p.concentration_override) && std::fabs(denominator) < 1e-12)
+    fail("mscale_all_dim = " + std::to_string(p.mscale_all_dim) +
+         ": makes mscale(scaling_factor, mscale_all_dim) zero, so the concentration factor is infinite");
   if (c.table_layout != PairLayout::half && c.table_layout != PairLayout::interleaved)
     fail("table_layout: unknown value");
 }

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 
 #include "mlarope/ops.h"
 
@@ -17,8 +19,25 @@ inline PairPositions pair_positions(PairLayout layout, std::int64_t i, std::int6
   return {2 * i, 2 * i + 1};
 }
 
+/// a + b rounded to odd in double (ties to the odd neighbour): the one rounding to the output
+/// type that follows then gives the correctly rounded a + b. For a, b exact products of stored
+/// values the result is exact before that last rounding (no double rounding; see host_convert.h).
+inline double sum_rounded_to_odd(double a, double b) {
+  double sum = a + b;
+  const double b_virtual = sum - a;  // TwoSum: the rounding error of sum, exactly
+  const double error = (a - (sum - b_virtual)) + (b - b_virtual);
+  if (error == 0 || !std::isfinite(sum)) return sum;
+  std::uint64_t bits;
+  std::memcpy(&bits, &sum, sizeof bits);
+  if ((bits & 1u) == 0)  // the odd neighbour lies on the side of the error
+    sum = std::nextafter(sum, error > 0 ? std::numeric_limits<double>::infinity()
+                                        : -std::numeric_limits<double>::infinity());
+  return sum;
+}
+
 /// y = rotate(x) for one slice of d elements; c and s are the table row.
-/// The products of two stored values are exact in double; fma rounds the sum once.
+/// The products of two stored values are exact in double; the sum is rounded to odd, so the
+/// store to the output type is the only rounding.
 inline void rotate(const double* x, double* y, const double* c, const double* s,
                    const Rotation& r, std::int64_t d) {
   const double sg = r.inverse ? -1.0 : 1.0;
@@ -27,8 +46,8 @@ inline void rotate(const double* x, double* y, const double* c, const double* s,
     const auto [ou, ov] = pair_positions(r.out_layout, i, d);
     const auto [tu, tv] = pair_positions(r.table_layout, i, d);
     const double u = x[iu], v = x[iv];
-    y[ou] = std::fma(u, c[tu], -(v * sg * s[tu]));
-    y[ov] = std::fma(v, c[tv], u * sg * s[tv]);
+    y[ou] = sum_rounded_to_odd(u * c[tu], -(v * sg * s[tu]));
+    y[ov] = sum_rounded_to_odd(v * c[tv], u * sg * s[tv]);
   }
 }
 
@@ -41,8 +60,8 @@ inline void rotate_adjoint(const double* grad_y, double* grad_x, const double* c
     const auto [ou, ov] = pair_positions(r.out_layout, i, d);
     const auto [tu, tv] = pair_positions(r.table_layout, i, d);
     const double gu = grad_y[ou], gv = grad_y[ov];
-    grad_x[iu] = std::fma(gu, c[tu], gv * sg * s[tv]);
-    grad_x[iv] = std::fma(gv, c[tv], -(gu * sg * s[tu]));
+    grad_x[iu] = sum_rounded_to_odd(gu * c[tu], gv * sg * s[tv]);
+    grad_x[iv] = sum_rounded_to_odd(gv * c[tv], -(gu * sg * s[tu]));
   }
 }
 

@@ -14,7 +14,7 @@ using DeviceStatus = std::uint32_t;
 /// What a bit of the status word means.
 enum StatusBit : DeviceStatus {
   kStatusOk = 0,
-  kStatusBadCuSeqlens = 1u << 0,    ///< cu_seqlens[0] != 0, decreasing, or past the rows
+  kStatusBadCuSeqlens = 1u << 0,    ///< decreasing, or local lengths adding up to more than T
   kStatusBadSeqLength = 1u << 1,    ///< a sequence length not divisible by 2 * cp_size
   kStatusRowOutsideTable = 1u << 2, ///< a freq_row < 0 or >= table rows
 };

@@ -1,0 +1,156 @@
+// The optimized backends behind the operations of ops.h: streams, graphs, device buffers and
+// the entry points. Two backends share one kernel source (DESIGN.md): `cuda` runs it on a GPU,
+// `host` runs it on the CPU through a grid executor that shuffles block and thread order.
+//
+// Every entry point validates the call (mlarope::validate, throws mlarope::Error, nothing is
+// launched on error), picks a kernel variant and enqueues it on the stream. It never reads
+// device memory on the host, never allocates and never synchronizes, so it can be captured
+// into a Graph. Device metadata errors are reported through the call's status word.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "mlarope/ops.h"
+
+namespace mlarope {
+
+/// Where kernels run.
+enum class BackendKind : std::uint8_t {
+  host,  ///< on the CPU, through the host grid executor; "device memory" is host memory
+  cuda   ///< on a CUDA GPU
+};
+
+/// "host" or "cuda".
+std::string_view to_string(BackendKind kind);
+
+/// True when this build has the CUDA backend and a CUDA device is present.
+bool cuda_device_available();
+
+/// Options of a host stream.
+struct HostStreamOptions {
+  std::uint64_t seed = 0;  ///< draws the order of blocks and of threads within a block
+  int threads = 0;         ///< worker threads over blocks; 0: all hardware threads
+};
+
+namespace detail {
+class StreamImpl;
+class GraphImpl;
+}  // namespace detail
+
+class Graph;
+
+/// An ordered queue of launches on one backend. Host streams run each launch before the call
+/// returns; CUDA streams are asynchronous. Each stream owns a small scratch status word,
+/// which THD calls use: do not run two THD calls of one stream's graph concurrently.
+class Stream {
+ public:
+  /// A host-backend stream.
+  static Stream host(const HostStreamOptions& options = {});
+  /// A CUDA stream on the current device; throws mlarope::Error when none is available.
+  static Stream cuda();
+  /// A stream of `kind` with default options.
+  static Stream create(BackendKind kind);
+
+  Stream(Stream&&) noexcept;
+  Stream& operator=(Stream&&) noexcept;
+  ~Stream();
+
+  /// The backend of this stream.
+  BackendKind kind() const;
+  /// Wait until everything enqueued so far has finished.
+  void synchronize();
+  /// Record the following launches instead of running them (CUDA: stream capture).
+  void begin_capture();
+  /// Stop recording; the recorded launches as a replayable graph.
+  Graph end_capture();
+  /// True between begin_capture and end_capture.
+  bool capturing() const;
+
+  /// The backend implementation (library internal).
+  detail::StreamImpl& impl() { return *impl_; }
+
+ private:
+  explicit Stream(std::unique_ptr<detail::StreamImpl> impl);
+  std::unique_ptr<detail::StreamImpl> impl_;
+};
+
+/// Captured launches. A replay reads what the buffers hold at replay time (new cu_seqlens,
+/// position ids, inputs), exactly like a CUDA graph.
+class Graph {
+ public:
+  Graph(Graph&&) noexcept;
+  Graph& operator=(Graph&&) noexcept;
+  ~Graph();
+
+  /// Enqueue the captured launches on `stream` (same backend as the capture).
+  void replay(Stream& stream);
+
+ private:
+  friend class Stream;
+  Graph(std::unique_ptr<detail::GraphImpl> impl, BackendKind kind);
+  std::unique_ptr<detail::GraphImpl> impl_;
+  BackendKind kind_;
+};
+
+/// Memory that a backend's kernels can access: device memory on CUDA, 64-byte aligned host
+/// memory on the host backend. Copies are synchronous and not ordered with any stream:
+/// synchronize the stream before copying results back.
+class DeviceBuffer {
+ public:
+  /// An empty buffer.
+  DeviceBuffer() = default;
+  /// `bytes` bytes of uninitialised memory of backend `kind`.
+  DeviceBuffer(BackendKind kind, std::size_t bytes);
+  DeviceBuffer(DeviceBuffer&&) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&&) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  /// Start of the memory.
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  /// Start of the memory as T*.
+  template <class T>
+  T* as() {
+    return static_cast<T*>(data_);
+  }
+  /// Size in bytes.
+  std::size_t bytes() const { return bytes_; }
+  /// Backend of the memory.
+  BackendKind kind() const { return kind_; }
+
+  /// Copy `bytes` bytes from host memory `src` to offset `offset` of the buffer.
+  void copy_from_host(const void* src, std::size_t bytes, std::size_t offset = 0);
+  /// Copy `bytes` bytes at offset `offset` of the buffer to host memory `dst`.
+  void copy_to_host(void* dst, std::size_t bytes, std::size_t offset = 0) const;
+  /// Set every byte of the buffer to `value` (guards, poison).
+  void fill_bytes(unsigned char value);
+
+ private:
+  void release() noexcept;
+
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  BackendKind kind_ = BackendKind::host;
+};
+
+/// rope out of place on `stream` (SPEC.md §4).
+void rope(const RopeCall& call, Stream& stream);
+/// rope in place: writes only the rope slices.
+void rope_inplace(const RopeInplaceCall& call, Stream& stream);
+/// The adjoint of rope, out of place.
+void rope_backward(const RopeBackwardCall& call, Stream& stream);
+/// The adjoint of rope, in place.
+void rope_backward_inplace(const RopeBackwardInplaceCall& call, Stream& stream);
+/// key = [kv[..., :k_dim], rope(k_pe)], value = kv[..., k_dim:].
+void kv_split(const KvSplitCall& call, Stream& stream);
+/// grad_kv = [grad_key[..., :k_dim], grad_value], grad_k_pe = adjoint of the head sum.
+void kv_split_backward(const KvSplitBackwardCall& call, Stream& stream);
+/// YaRN cos/sin tables (Megatron's YarnRotaryEmbedding), computed in double, rounded once.
+void yarn_tables(const YarnTablesCall& call, Stream& stream);
+
+}  // namespace mlarope
