@@ -96,8 +96,9 @@ class Graph {
 };
 
 /// Memory that a backend's kernels can access: device memory on CUDA, 64-byte aligned host
-/// memory on the host backend. Copies are synchronous and not ordered with any stream:
-/// synchronize the stream before copying results back.
+/// memory on the host backend. Copies and fills are synchronous (complete when they return)
+/// and not ordered with any stream: synchronize the stream before copying results back, and
+/// do not copy while a stream is capturing.
 class DeviceBuffer {
  public:
   /// An empty buffer.

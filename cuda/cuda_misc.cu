@@ -1,0 +1,31 @@
+// yarn_tables and the THD cu_seqlens check as CUDA kernels.
+#include "cuda_grid.cuh"
+#include "cuda_launch.h"
+#include "freq_row.h"
+#include "yarn_kernels.h"
+
+namespace mlarope::cuda_launch {
+namespace {
+
+using namespace mlarope::kernels;
+
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) yarn_tables_kernel(const YarnKernelArgs a) {
+  yarn_tables_body(a, grid_coord());
+}
+
+__global__ void __launch_bounds__(kMaxThreadsPerBlock)
+    cu_seqlens_check_kernel(const CuSeqlensCheckArgs a) {
+  cu_seqlens_check_body(a, grid_coord());
+}
+
+}  // namespace
+
+void launch(const detail::YarnLaunch& l, cudaStream_t stream) {
+  yarn_tables_kernel<<<blocks_of(l.grid), threads_of(l.grid), 0, stream>>>(l.args);
+}
+
+void launch(const detail::CuSeqlensCheckLaunch& l, cudaStream_t stream) {
+  cu_seqlens_check_kernel<<<blocks_of(l.grid), threads_of(l.grid), 0, stream>>>(l.args);
+}
+
+}  // namespace mlarope::cuda_launch

@@ -1,0 +1,54 @@
+// The dispatch decisions (see dispatch.h).
+#include "dispatch.h"
+
+#include <cstdint>
+
+#include "rope_kernels.h"
+
+namespace mlarope::detail {
+namespace {
+
+bool same(const LayoutTriple& a, PairLayout in, PairLayout out, PairLayout table) {
+  return a.in_layout == in && a.out_layout == out && a.table_layout == table;
+}
+
+bool vector_ready(std::int64_t emb_dim, const LayoutTriple& layouts, bool aligned) {
+  return emb_dim % (2 * kernels::kVectorPairs) == 0 && is_megatron_mode(layouts) && aligned;
+}
+
+}  // namespace
+
+bool is_megatron_mode(const LayoutTriple& l) {
+  constexpr PairLayout half = PairLayout::half, inter = PairLayout::interleaved;
+  return same(l, inter, half, half)        // MLA
+         || same(l, inter, inter, half)    // MLA, output interleaving kept (DSv4)
+         || same(l, half, half, half)      // NeoX
+         || same(l, inter, inter, inter);  // GPT-J
+}
+
+RopeVariant choose_rope_variant(const RopeDispatchFacts& f) {
+  const bool vector = vector_ready(f.emb_dim, f.layouts, f.rope_slices_aligned);
+  const bool layout_change = f.layouts.in_layout != f.layouts.out_layout;
+  if (f.in_place && layout_change) {
+    return vector && f.emb_dim <= kernels::kWholeSliceMaxEmbDim ? RopeVariant::whole_slice_vector
+                                                                : RopeVariant::whole_slice_scalar;
+  }
+  return vector ? RopeVariant::chunked_vector : RopeVariant::chunked_scalar;
+}
+
+KvVariant choose_kv_variant(const KvDispatchFacts& f) {
+  return vector_ready(f.emb_dim, f.layouts, f.rope_slices_aligned) ? KvVariant::vector
+                                                                   : KvVariant::scalar;
+}
+
+bool aligned_view(const ConstTensorView& v, std::int64_t start, std::size_t bytes) {
+  const auto size = static_cast<std::int64_t>(dtype_size(v.dtype));
+  const auto b = static_cast<std::int64_t>(bytes);
+  const auto address = reinterpret_cast<std::uintptr_t>(v.data);
+  if ((static_cast<std::int64_t>(address % bytes) + start * size) % b != 0) return false;
+  for (int d = 0; d + 1 < v.rank; ++d)
+    if (v.shape[d] > 1 && (v.strides[d] * size) % b != 0) return false;
+  return true;
+}
+
+}  // namespace mlarope::detail

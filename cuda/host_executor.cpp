@@ -1,0 +1,127 @@
+// The host grid executor (see host_executor.h).
+#include "host_executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace mlarope::host {
+namespace {
+
+// SplitMix64's finaliser: a strong 64-bit mixing function.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+int bits_for(std::uint64_t size) {
+  int bits = 2;
+  while (bits < 64 && (std::uint64_t{1} << bits) < size) bits += 2;
+  return bits;
+}
+
+}  // namespace
+
+IndexPermutation::IndexPermutation(std::uint64_t size, std::uint64_t key) : size_(size) {
+  half_bits_ = bits_for(size) / 2;
+  half_mask_ = half_bits_ >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << half_bits_) - 1;
+  std::uint64_t k = key;
+  for (std::uint64_t& round_key : round_keys_) round_key = k = mix(k);
+}
+
+std::uint64_t IndexPermutation::encrypt(std::uint64_t x) const {
+  std::uint64_t left = x >> half_bits_, right = x & half_mask_;
+  for (std::uint64_t round_key : round_keys_) {
+    const std::uint64_t next_left = right;
+    right = left ^ (mix(right ^ round_key) & half_mask_);
+    left = next_left;
+  }
+  return (left << half_bits_) | right;
+}
+
+std::uint64_t IndexPermutation::operator()(std::uint64_t index) const {
+  std::uint64_t x = index;
+  do x = encrypt(x);
+  while (x >= size_);  // cycle walking: stays a bijection of [0, size)
+  return x;
+}
+
+HostExecutor::HostExecutor(std::uint64_t seed, int threads) : seed_(seed), threads_(threads) {
+  if (threads_ <= 0) threads_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+namespace {
+
+// Blocks per tile of the block order: 1 (every block placed at random) up to 1023 blocks,
+// then growing so that there are about 512 tiles; large grids stream through memory.
+std::int64_t tile_of(std::int64_t blocks) { return std::clamp<std::int64_t>(blocks / 512, 1, 64); }
+
+// The thread order of one block of a large grid: a rotation, maybe reversed. Cheaper on the
+// memory system than a full shuffle (threads of a block mostly touch consecutive memory), and
+// still puts any thread before or after any other for some seed.
+class ThreadRotation {
+ public:
+  ThreadRotation(int threads, std::uint64_t key)
+      : threads_(threads), offset_(static_cast<int>(key % static_cast<std::uint64_t>(threads))),
+        reversed_(((key >> 32) & 1) != 0) {}
+  int operator()(int t) const {
+    const int x = (t + offset_) % threads_;
+    return reversed_ ? threads_ - 1 - x : x;
+  }
+
+ private:
+  int threads_, offset_;
+  bool reversed_;
+};
+
+}  // namespace
+
+void HostExecutor::run_block(GridShape grid, std::int64_t block, bool full_shuffle, Body body,
+                             const void* args) const {
+  const std::uint64_t key = mix(seed_ ^ mix(static_cast<std::uint64_t>(block) + 1));
+  GridCoord coord{block, grid.blocks, 0, grid.threads};
+  if (full_shuffle) {
+    const IndexPermutation thread_order(static_cast<std::uint64_t>(grid.threads), key);
+    for (int t = 0; t < grid.threads; ++t) {
+      coord.thread = static_cast<int>(thread_order(static_cast<std::uint64_t>(t)));
+      body(args, coord);
+    }
+    return;
+  }
+  const ThreadRotation thread_order(grid.threads, key);
+  for (int t = 0; t < grid.threads; ++t) {
+    coord.thread = thread_order(t);
+    body(args, coord);
+  }
+}
+
+void HostExecutor::run(GridShape grid, Body body, const void* args) const {
+  if (grid.blocks <= 0 || grid.threads <= 0) return;
+  const std::int64_t tile = tile_of(grid.blocks);
+  const std::int64_t tiles = (grid.blocks + tile - 1) / tile;
+  const IndexPermutation tile_order(static_cast<std::uint64_t>(tiles), mix(seed_));
+  // Small launches run on the calling thread: starting workers would cost more than they save.
+  constexpr std::int64_t kMinParallelCalls = 1024;
+  const std::int64_t calls = grid.blocks * grid.threads;
+  const std::int64_t workers = calls < kMinParallelCalls ? 1 : std::min<std::int64_t>(threads_, tiles);
+  std::atomic<std::int64_t> next{0};
+  auto work = [&] {
+    for (;;) {
+      const std::int64_t k = next.fetch_add(1, std::memory_order_relaxed);
+      if (k >= tiles) return;
+      const auto first = static_cast<std::int64_t>(tile_order(static_cast<std::uint64_t>(k))) * tile;
+      const std::int64_t last = std::min(first + tile, grid.blocks);
+      for (std::int64_t block = first; block < last; ++block)
+        run_block(grid, block, tile == 1, body, args);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (std::int64_t w = 1; w < workers; ++w) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+}
+
+}  // namespace mlarope::host

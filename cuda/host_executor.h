@@ -1,0 +1,83 @@
+// The host grid executor: runs every block and thread of a launch on the CPU, in an order drawn
+// from a seed (block order, and thread order within each block), in parallel over blocks on
+// std::threads. Threads of a block run one after the other, so a kernel body that depends on
+// the order of threads or blocks gives seed-dependent results (DESIGN.md rule 3).
+// Grids of up to 1023 blocks (every test-sized launch) are fully shuffled: blocks, and threads
+// within each block. Larger grids, where the order is about speed more than about finding
+// order dependence, are cut into about 512 tiles of consecutive blocks whose order is
+// shuffled, and each block runs its threads in a rotated (possibly reversed) order, so that
+// memory is still streamed.
+// It knows nothing about RoPE: it calls a function of (arguments, GridCoord).
+#pragma once
+
+#include <cstdint>
+
+#include "grid.h"
+
+namespace mlarope::host {
+
+using kernels::GridCoord;
+using kernels::GridShape;
+
+/// A pseudo-random bijection of [0, size) keyed by `key`: a 4-round Feistel network on the
+/// smallest even number of bits covering `size`, with cycle walking. O(1) memory.
+class IndexPermutation {
+ public:
+  /// The permutation of [0, size) for `key`.
+  IndexPermutation(std::uint64_t size, std::uint64_t key);
+  /// The index at position `index` (< size) of the order.
+  std::uint64_t operator()(std::uint64_t index) const;
+
+ private:
+  std::uint64_t encrypt(std::uint64_t x) const;
+
+  std::uint64_t size_;
+  int half_bits_;
+  std::uint64_t half_mask_;
+  std::uint64_t round_keys_[4];
+};
+
+/// Runs launches on the CPU; `threads` workers (0: all hardware threads).
+class HostExecutor {
+ public:
+  /// A type-erased kernel: body(args, coord) for every coord of the grid.
+  using Body = void (*)(const void* args, const GridCoord& coord);
+
+  /// An executor drawing orders from `seed`, with `threads` workers (0: hardware threads).
+  explicit HostExecutor(std::uint64_t seed = 0, int threads = 0);
+
+  /// Run body(args, coord) for every block and thread of `grid`; returns when all ran.
+  void run(GridShape grid, Body body, const void* args) const;
+
+  /// The seed of the orders.
+  std::uint64_t seed() const { return seed_; }
+  /// Number of worker threads.
+  int threads() const { return threads_; }
+
+ private:
+  void run_block(GridShape grid, std::int64_t block, bool full_shuffle, Body body,
+                 const void* args) const;
+
+  std::uint64_t seed_;
+  int threads_;
+};
+
+/// Run a typed kernel body, body(args, coord), on `executor`.
+template <class Args>
+void launch(const HostExecutor& executor, GridShape grid,
+            void (*body)(const Args&, const GridCoord&), const Args& args) {
+  struct Bound {
+    void (*body)(const Args&, const GridCoord&);
+    const Args* args;
+  };
+  const Bound bound{body, &args};
+  executor.run(
+      grid,
+      [](const void* p, const GridCoord& coord) {
+        const Bound* b = static_cast<const Bound*>(p);
+        b->body(*b->args, coord);
+      },
+      &bound);
+}
+
+}  // namespace mlarope::host

@@ -1,0 +1,83 @@
+// Host instantiations of the kernel bodies (see host_kernels.h).
+#include "host_kernels.h"
+
+#include "kv_split_kernels.h"
+#include "rope_kernels.h"
+#include "yarn_kernels.h"
+
+namespace mlarope::host {
+namespace {
+
+using namespace mlarope::kernels;
+using detail::KvVariant;
+using detail::RopeVariant;
+
+template <class T>
+void (*rope_body(RopeVariant v))(const RopeKernelArgs&, const GridCoord&) {
+  switch (v) {
+    case RopeVariant::chunked_vector: return &rope_chunked_body<T, kVectorPairs>;
+    case RopeVariant::chunked_scalar: return &rope_chunked_body<T, 1>;
+    case RopeVariant::whole_slice_vector: return &rope_whole_slice_vector_body<T>;
+    case RopeVariant::whole_slice_scalar: return &rope_whole_slice_scalar_body<T>;
+  }
+  return nullptr;
+}
+
+template <class T>
+void (*kv_split_body_for(KvVariant v))(const KvSplitKernelArgs&, const GridCoord&) {
+  return v == KvVariant::vector ? &kv_split_body<T, kVectorPairs> : &kv_split_body<T, 1>;
+}
+
+template <class T>
+void (*kv_split_backward_body_for(KvVariant v))(const KvSplitBackwardKernelArgs&,
+                                                const GridCoord&) {
+  return v == KvVariant::vector ? &kv_split_backward_body<T, kVectorPairs>
+                                : &kv_split_backward_body<T, 1>;
+}
+
+// Pick<T>::get(a...) with T the storage type of `dtype`.
+template <template <class> class Pick, class... A>
+auto by_dtype(DType dtype, A... a) {
+  switch (dtype) {
+    case DType::f16: return Pick<Half>::get(a...);
+    case DType::bf16: return Pick<BFloat16>::get(a...);
+    default: return Pick<float>::get(a...);
+  }
+}
+
+template <class T>
+struct PickRope {
+  static auto get(RopeVariant v) { return rope_body<T>(v); }
+};
+template <class T>
+struct PickKv {
+  static auto get(KvVariant v) { return kv_split_body_for<T>(v); }
+};
+template <class T>
+struct PickKvBackward {
+  static auto get(KvVariant v) { return kv_split_backward_body_for<T>(v); }
+};
+
+}  // namespace
+
+void run(const HostExecutor& e, const detail::RopeLaunch& l) {
+  launch(e, l.grid, by_dtype<PickRope>(l.dtype, l.variant), l.args);
+}
+
+void run(const HostExecutor& e, const detail::KvSplitLaunch& l) {
+  launch(e, l.grid, by_dtype<PickKv>(l.dtype, l.variant), l.args);
+}
+
+void run(const HostExecutor& e, const detail::KvSplitBackwardLaunch& l) {
+  launch(e, l.grid, by_dtype<PickKvBackward>(l.dtype, l.variant), l.args);
+}
+
+void run(const HostExecutor& e, const detail::YarnLaunch& l) {
+  launch(e, l.grid, &yarn_tables_body, l.args);
+}
+
+void run(const HostExecutor& e, const detail::CuSeqlensCheckLaunch& l) {
+  launch(e, l.grid, &cu_seqlens_check_body, l.args);
+}
+
+}  // namespace mlarope::host

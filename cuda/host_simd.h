@@ -1,0 +1,71 @@
+// Host-only SSE2 forms of the bf16 pair-chunk loads and stores of pair_rotation.h (4 pairs):
+// the same values, bit for bit, as the generic element code (host_simd_test checks it), in a
+// handful of instructions instead of the compiler's shuffle-heavy vectorization. Leaves only:
+// the kernel logic that calls them is the same on both sides (DESIGN.md rule 2).
+#pragma once
+
+#if !defined(__CUDACC__) && defined(__SSE2__)
+#define MLAROPE_HOST_SSE2 1
+
+#include <emmintrin.h>
+
+#include <cstdint>
+
+namespace mlarope::kernels::host_simd {
+
+/// 4 bf16 (the low 8 bytes of `x`) -> 4 floats.
+inline __m128 bf16x4_to_float(__m128i x) {
+  return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), x));
+}
+
+/// 4 floats -> bf16 bits, round to nearest even, NaN quieted (float_to_bf16), each as a
+/// sign-extended 32-bit lane (so that _mm_packs_epi32 packs them exactly).
+inline __m128i float_to_bf16x4_lanes(__m128 f) {
+  const __m128i bits = _mm_castps_si128(f);
+  const __m128i lsb = _mm_and_si128(_mm_srli_epi32(bits, 16), _mm_set1_epi32(1));
+  const __m128i rounded = _mm_add_epi32(_mm_add_epi32(bits, _mm_set1_epi32(0x7fff)), lsb);
+  const __m128i magnitude = _mm_and_si128(bits, _mm_set1_epi32(0x7fffffff));
+  const __m128i is_nan = _mm_cmpgt_epi32(magnitude, _mm_set1_epi32(0x7f800000));
+  const __m128i quiet = _mm_or_si128(bits, _mm_set1_epi32(0x00400000));
+  const __m128i chosen =
+      _mm_or_si128(_mm_and_si128(is_nan, quiet), _mm_andnot_si128(is_nan, rounded));
+  return _mm_srai_epi32(chosen, 16);
+}
+
+/// Pairs of 4 interleaved bf16 pairs (16 bytes at p): u and v.
+inline void load_interleaved(const void* p, float* u, float* v) {
+  const __m128i x = _mm_loadu_si128(static_cast<const __m128i*>(p));
+  const __m128 lo = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), x));  // u0 v0 u1 v1
+  const __m128 hi = _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), x));  // u2 v2 u3 v3
+  _mm_storeu_ps(u, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+  _mm_storeu_ps(v, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/// 4 bf16 at p_u and 4 at p_v (half layout).
+inline void load_half(const void* p_u, const void* p_v, float* u, float* v) {
+  _mm_storeu_ps(u, bf16x4_to_float(_mm_loadl_epi64(static_cast<const __m128i*>(p_u))));
+  _mm_storeu_ps(v, bf16x4_to_float(_mm_loadl_epi64(static_cast<const __m128i*>(p_v))));
+}
+
+/// u0..u3, v0..v3 as bf16 in one register.
+inline __m128i pack(const float* u, const float* v) {
+  return _mm_packs_epi32(float_to_bf16x4_lanes(_mm_loadu_ps(u)),
+                         float_to_bf16x4_lanes(_mm_loadu_ps(v)));
+}
+
+/// Store 4 pairs interleaved (16 bytes at p).
+inline void store_interleaved(void* p, const float* u, const float* v) {
+  const __m128i uv = pack(u, v);
+  _mm_storeu_si128(static_cast<__m128i*>(p), _mm_unpacklo_epi16(uv, _mm_srli_si128(uv, 8)));
+}
+
+/// Store 4 u at p_u and 4 v at p_v (half layout).
+inline void store_half(void* p_u, void* p_v, const float* u, const float* v) {
+  const __m128i uv = pack(u, v);
+  _mm_storel_epi64(static_cast<__m128i*>(p_u), uv);
+  _mm_storel_epi64(static_cast<__m128i*>(p_v), _mm_srli_si128(uv, 8));
+}
+
+}  // namespace mlarope::kernels::host_simd
+
+#endif

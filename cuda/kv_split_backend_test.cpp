@@ -1,0 +1,110 @@
+// kv_split and kv_split_backward on each backend against the reference.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <vector>
+
+#include "backend_cases.h"
+
+namespace mlarope::test {
+namespace {
+
+class KvSplitBackendTest : public BackendTest {
+ protected:
+  void check_all(const std::vector<KvCase>& cases) {
+    ErrorStats errors;
+    for (const KvCase& c : cases) EXPECT_TRUE(check_kv_case(c, backend(), 1, &errors));
+    std::cout << "  " << cases.size() << " cases, " << errors.describe() << "\n";
+  }
+};
+
+std::vector<KvCase> both_directions(const std::vector<KvCase>& bases) {
+  std::vector<KvCase> out;
+  for (const KvCase& b : bases)
+    for (bool backward : {false, true}) {
+      KvCase c = b;
+      c.backward = backward;
+      c.name = b.name + (backward ? " backward" : " forward");
+      out.push_back(c);
+    }
+  return out;
+}
+
+TEST_P(KvSplitBackendTest, AllTriplesAndDtypesMatchTheReference) {
+  std::vector<KvCase> bases;
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (const LayoutTriple& t : all_triples())
+      for (bool inverse : {false, true}) {
+        KvCase c;
+        c.dtype = dtype;
+        c.layouts = t;
+        c.inverse = inverse;
+        c.name = std::string(to_string(dtype)) + " " + describe(t) + (inverse ? " inverse" : "");
+        bases.push_back(c);
+      }
+  check_all(both_directions(bases));
+}
+
+TEST_P(KvSplitBackendTest, DimsOfEverySizeIncludingEmptyKeyAndValueParts) {
+  std::vector<KvCase> bases;
+  for (std::int64_t emb : {2, 6, 16, 64})
+    for (std::int64_t k : {0, 5, 16})
+      for (std::int64_t v : {0, 8, 13})
+        for (std::int64_t heads : {1, 6}) {
+          KvCase c;
+          c.emb_dim = emb;
+          c.k_dim = k;
+          c.v_dim = v;
+          c.heads = heads;
+          c.rows.seq = 3;
+          c.name = "emb " + std::to_string(emb) + " k " + std::to_string(k) + " v " +
+                   std::to_string(v) + " heads " + std::to_string(heads);
+          bases.push_back(c);
+        }
+  check_all(both_directions(bases));
+}
+
+TEST_P(KvSplitBackendTest, ThdCpPackedPositionIdsAndStrides) {
+  std::vector<KvCase> bases;
+  for (std::int64_t cp_size : {1, 2})
+    for (FreqMode mode : {FreqMode::per_sequence, FreqMode::packed})
+      for (std::int64_t head_pad : {0, 3}) {
+        KvCase c;
+        c.rows.layout = TokenLayout::thd;
+        c.rows.cu_seqlens = cumulative({8, 4, 12});
+        c.rows.cp_size = cp_size;
+        c.rows.cp_rank = cp_size - 1;
+        c.rows.freq_mode = mode;
+        c.rows.padding_rows = 2;
+        c.rows.seq_offsets = true;
+        c.head_pad = head_pad;
+        c.row_pad = head_pad;
+        c.name = "thd cp " + std::to_string(cp_size) + " " + std::string(to_string(mode)) +
+                 " pad " + std::to_string(head_pad);
+        bases.push_back(c);
+      }
+  KvCase ids;
+  ids.rows.layout = TokenLayout::thd;
+  ids.rows.cu_seqlens = cumulative({3, 7});
+  ids.rows.position_ids = IndexType::i64;
+  ids.name = "thd position ids";
+  bases.push_back(ids);
+  check_all(both_directions(bases));
+}
+
+TEST_P(KvSplitBackendTest, DeepSeekShapesInBf16) {
+  KvCase c;
+  c.heads = 8;
+  c.k_dim = 128;
+  c.v_dim = 128;
+  c.emb_dim = 64;
+  c.rows.seq = 4;
+  c.table_dtype = DType::bf16;
+  c.name = "deepseek";
+  check_all(both_directions({c}));
+}
+
+MLAROPE_INSTANTIATE_BACKENDS(KvSplitBackendTest);
+
+}  // namespace
+}  // namespace mlarope::test

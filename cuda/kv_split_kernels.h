@@ -1,0 +1,124 @@
+// Kernel bodies of kv_split and kv_split_backward (SPEC.md §4). One block iteration per row;
+// the k_pe rope slice is rotated once per row (per pair chunk) and broadcast to every key head,
+// and the backward sums the heads in f32, in head order, before the adjoint rotation.
+#pragma once
+
+#include <cstdint>
+
+#include "freq_row.h"
+#include "kernel_args.h"
+#include "pair_rotation.h"
+#include "portability.h"
+#include "rope_kernels.h"
+#include "segment_copy.h"
+
+namespace mlarope::kernels {
+
+/// key[..., :k] = kv[..., :k] and value = kv[..., k:] for every head of one row.
+template <class T>
+MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T* kv, T* key,
+                                            T* value, const GridCoord& g) {
+  copy_head_segments<T>({kv, key, a.kv.head_stride, a.key.head_stride, a.heads, a.k_dim},
+                        a.copy_vector, g.thread, g.num_threads);
+  copy_head_segments<T>({kv + a.k_dim, value, a.kv.head_stride, a.value.head_stride, a.heads,
+                         a.v_dim},
+                        a.copy_vector, g.thread, g.num_threads);
+}
+
+/// kv_split. kPairs == kVectorPairs: vector accesses on the rope slices; 1: scalar.
+template <class T, int kPairs>
+MLAROPE_HD inline void kv_split_body(const KvSplitKernelArgs& a, const GridCoord& g) {
+  const PositionArgs& p = a.positions;
+  const PairRotation& r = a.rotation;
+  const std::int64_t half_dim = a.emb_dim / 2;
+  const std::int64_t chunks = half_dim / kPairs;
+  const std::int64_t groups = head_groups(chunks, a.heads, g.num_threads);
+  const std::int64_t items = chunks * groups;
+  const bool pass_all = call_passes_through(p, g);
+  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
+    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+    const T* kv = row_pointer<T>(a.kv, row, p.batch);
+    const T* k_pe = row_pointer<T>(a.k_pe, row, p.batch);
+    T* key = row_pointer<T>(a.key, row, p.batch);
+    T* value = row_pointer<T>(a.value, row, p.batch);
+    copy_kv_parts(a, kv, key, value, g);
+    if (!plan.rotate) {  // pass through: k_pe unrotated into every key head
+      copy_head_segments<T>({k_pe, key + a.k_dim, 0, a.key.head_stride, a.heads, a.emb_dim},
+                            false, g.thread, g.num_threads);
+      continue;
+    }
+    for (std::int64_t item = g.thread; item < items; item += g.num_threads) {
+      const std::int64_t group = quotient(item, chunks);
+      const std::int64_t first = (item - group * chunks) * kPairs;
+      const PairChunk<kPairs> y =
+          rotate(load_pairs<T, kPairs>(k_pe, r.read_layout, half_dim, first),
+                 load_coefficients<kPairs>(r, plan.freq_row, half_dim, first));
+      for (std::int64_t h = group; h < a.heads; h += groups)
+        store_pairs<T, kPairs>(key + h * a.key.head_stride + a.k_dim, r.write_layout, half_dim,
+                               first, y);
+    }
+  }
+}
+
+/// grad_kv[..., :k] = grad_key[..., :k] and grad_kv[..., k:] = grad_value for one row.
+template <class T>
+MLAROPE_HD MLAROPE_INLINE void copy_grad_kv_parts(const KvSplitBackwardKernelArgs& a,
+                                                 const T* grad_key, const T* grad_value,
+                                                 T* grad_kv, const GridCoord& g) {
+  copy_head_segments<T>({grad_key, grad_kv, a.grad_key.head_stride, a.grad_kv.head_stride,
+                         a.heads, a.k_dim},
+                        a.copy_vector, g.thread, g.num_threads);
+  copy_head_segments<T>({grad_value, grad_kv + a.k_dim, a.grad_value.head_stride,
+                         a.grad_kv.head_stride, a.heads, a.v_dim},
+                        a.copy_vector, g.thread, g.num_threads);
+}
+
+/// Sum over heads of pairs first .. first + kPairs - 1 of the key rope slices, in f32.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> head_sum(const KvSplitBackwardKernelArgs& a,
+                                                    const T* grad_key, std::int64_t first) {
+  const std::int64_t half_dim = a.emb_dim / 2;
+  PairChunk<kPairs> sum;
+  MLAROPE_SIMD
+  for (int j = 0; j < kPairs; ++j) sum.u[j] = sum.v[j] = 0.0f;
+  for (std::int64_t h = 0; h < a.heads; ++h) {
+    const PairChunk<kPairs> x = load_pairs<T, kPairs>(
+        grad_key + h * a.grad_key.head_stride + a.k_dim, a.rotation.read_layout, half_dim, first);
+    MLAROPE_SIMD
+    for (int j = 0; j < kPairs; ++j) {
+      sum.u[j] += x.u[j];
+      sum.v[j] += x.v[j];
+    }
+  }
+  return sum;
+}
+
+/// kv_split_backward. One thread per pair chunk sums every head (deterministic order).
+template <class T, int kPairs>
+MLAROPE_HD inline void kv_split_backward_body(const KvSplitBackwardKernelArgs& a,
+                                              const GridCoord& g) {
+  const PositionArgs& p = a.positions;
+  const PairRotation& r = a.rotation;
+  const std::int64_t half_dim = a.emb_dim / 2;
+  const std::int64_t chunks = half_dim / kPairs;
+  const bool pass_all = call_passes_through(p, g);
+  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
+    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+    const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
+    const T* grad_value = row_pointer<T>(a.grad_value, row, p.batch);
+    T* grad_kv = row_pointer<T>(a.grad_kv, row, p.batch);
+    T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
+    copy_grad_kv_parts(a, grad_key, grad_value, grad_kv, g);
+    for (std::int64_t c = g.thread; c < chunks; c += g.num_threads) {
+      const std::int64_t first = c * kPairs;
+      const PairChunk<kPairs> sum = head_sum<T, kPairs>(a, grad_key, first);
+      if (plan.rotate)
+        store_pairs<T, kPairs>(grad_k_pe, r.write_layout, half_dim, first,
+                               rotate(sum, load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
+      else  // pass through: the head sum unrotated, positions kept
+        store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
+    }
+  }
+}
+
+}  // namespace mlarope::kernels

@@ -1,0 +1,82 @@
+// The entry points of include/mlarope/backend.h: validate, build the launch, enqueue. No host
+// read of device memory, no allocation, no synchronization (graph-capture safe).
+#include <utility>
+
+#include "launch_builder.h"
+#include "mlarope/backend.h"
+#include "mlarope/validate.h"
+#include "stream_impl.h"
+
+namespace mlarope {
+namespace {
+
+using detail::StreamImpl;
+
+// THD: zero the stream's scratch word, then let the check kernel OR the cu_seqlens bits into
+// it (and into the caller's word); the main kernel reads it. SBHD: nothing.
+void prepare_positions(StreamImpl& stream, kernels::PositionArgs& positions) {
+  if (positions.layout != TokenLayout::thd) return;
+  positions.cu_check = stream.scratch_status();
+  stream.clear_scratch_status();
+  detail::CuSeqlensCheckLaunch check =
+      detail::make_cu_seqlens_check_launch(positions, stream.profile());
+  check.args.cu_check = stream.scratch_status();
+  stream.launch(check);
+}
+
+// Enqueue a launch descriptor whose grid may be empty (zero rows or heads: a no-op).
+template <class Launch>
+void enqueue(StreamImpl& stream, Launch launch) {
+  if (launch.grid.blocks == 0 || launch.grid.threads == 0) return;
+  prepare_positions(stream, launch.args.positions);
+  stream.launch(launch);
+}
+
+void enqueue_rope(const ConstTensorView& in, const TensorView& out, const RopeArgs& args,
+                  detail::RopeMode mode, Stream& stream) {
+  StreamImpl& s = stream.impl();
+  enqueue(s, detail::make_rope_launch(in, out, args, mode, s.profile()));
+}
+
+}  // namespace
+
+void rope(const RopeCall& call, Stream& stream) {
+  validate(call);
+  enqueue_rope(call.t, call.out, call.args, {false, false}, stream);
+}
+
+void rope_inplace(const RopeInplaceCall& call, Stream& stream) {
+  validate(call);
+  enqueue_rope(call.t, call.t, call.args, {true, false}, stream);
+}
+
+void rope_backward(const RopeBackwardCall& call, Stream& stream) {
+  validate(call);
+  enqueue_rope(call.grad_out, call.grad_t, call.args, {false, true}, stream);
+}
+
+void rope_backward_inplace(const RopeBackwardInplaceCall& call, Stream& stream) {
+  validate(call);
+  enqueue_rope(call.grad, call.grad, call.args, {true, true}, stream);
+}
+
+void kv_split(const KvSplitCall& call, Stream& stream) {
+  validate(call);
+  StreamImpl& s = stream.impl();
+  enqueue(s, detail::make_kv_split_launch(call, s.profile()));
+}
+
+void kv_split_backward(const KvSplitBackwardCall& call, Stream& stream) {
+  validate(call);
+  StreamImpl& s = stream.impl();
+  enqueue(s, detail::make_kv_split_backward_launch(call, s.profile()));
+}
+
+void yarn_tables(const YarnTablesCall& call, Stream& stream) {
+  validate(call);
+  StreamImpl& s = stream.impl();
+  const detail::YarnLaunch launch = detail::make_yarn_launch(call, s.profile());
+  if (launch.grid.blocks > 0) s.launch(launch);
+}
+
+}  // namespace mlarope

@@ -1,0 +1,70 @@
+// DESIGN.md rule 3 in action: a chunked body run in place with a layout change (which the
+// dispatcher never picks: it depends on thread order) gives seed-dependent results on the
+// host executor, while the whole-slice bodies the dispatcher does pick do not.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "host_kernels.h"
+#include "launch_builder.h"
+
+namespace mlarope::host {
+namespace {
+
+struct InPlaceCase {
+  std::vector<float> t = std::vector<float>(2 * 1 * 4 * 64);
+  std::vector<float> cos = std::vector<float>(8 * 64), sin = std::vector<float>(8 * 64);
+
+  InPlaceCase() {
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<float>(i % 97) * 0.01f - 0.4f;
+    for (std::size_t i = 0; i < cos.size(); ++i) {
+      cos[i] = 0.8f - 0.001f * static_cast<float>(i % 13);
+      sin[i] = 0.6f + 0.001f * static_cast<float>(i % 7);
+    }
+  }
+
+  detail::RopeLaunch launch() {
+    RopeArgs a;
+    a.emb_dim = 64;
+    a.rotation.in_layout = PairLayout::interleaved;  // MLA: a layout change
+    a.rotation.out_layout = PairLayout::half;
+    a.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {8, 64});
+    a.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {8, 64});
+    const TensorView v = contiguous_view<void>(t.data(), DType::f32, {2, 1, 4, 64});
+    detail::LaunchProfile profile;
+    profile.max_threads = 64;
+    profile.thread_granularity = 1;
+    return detail::make_rope_launch(v, v, a, {true, false}, profile);
+  }
+};
+
+std::vector<float> run_with(detail::RopeVariant variant, std::uint64_t seed) {
+  InPlaceCase c;
+  detail::RopeLaunch l = c.launch();
+  l.variant = variant;
+  run(HostExecutor(seed, 1), l);
+  return c.t;
+}
+
+TEST(OrderIndependence, ChunkedInPlaceWithALayoutChangeDependsOnThreadOrder) {
+  const std::vector<float> a = run_with(detail::RopeVariant::chunked_scalar, 1);
+  bool differs = false;
+  for (std::uint64_t seed = 2; seed < 10 && !differs; ++seed)
+    differs = run_with(detail::RopeVariant::chunked_scalar, seed) != a;
+  EXPECT_TRUE(differs) << "the executor should expose the thread-order dependence";
+}
+
+TEST(OrderIndependence, WholeSliceBodiesDoNot) {
+  for (detail::RopeVariant v :
+       {detail::RopeVariant::whole_slice_vector, detail::RopeVariant::whole_slice_scalar}) {
+    const std::vector<float> a = run_with(v, 1);
+    for (std::uint64_t seed = 2; seed < 10; ++seed) EXPECT_EQ(run_with(v, seed), a);
+  }
+  EXPECT_EQ(run_with(detail::RopeVariant::whole_slice_vector, 1),
+            run_with(detail::RopeVariant::whole_slice_scalar, 1));
+}
+
+}  // namespace
+}  // namespace mlarope::host

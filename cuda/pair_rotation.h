@@ -1,0 +1,154 @@
+// The rotation of SPEC.md §3 on a chunk of kPairs consecutive logical pairs of one rope slice:
+// reading the pairs in a layout, the coefficients from the table row, the rotation (forward or
+// adjoint), writing the pairs in a layout. kPairs == 4 uses vector accesses, 1 scalar ones.
+#pragma once
+
+#include <cstdint>
+
+#include <type_traits>
+
+#include "element_io.h"
+#include "host_simd.h"
+#include "kernel_args.h"
+#include "portability.h"
+
+namespace mlarope::kernels {
+
+/// Pairs per chunk of the fast (vector) paths: 8 elements, 16 bytes of bf16 interleaved.
+inline constexpr int kVectorPairs = 4;
+
+/// The values of kPairs logical pairs (u, v) as floats.
+template <int kPairs>
+struct PairChunk {
+  float u[kPairs];
+  float v[kPairs];
+};
+
+/// Per pair: out_u = u * cos_u + v * p, out_v = v * cos_v + u * q (SPEC.md §3 and §4).
+/// Forward: p = -sg s[tu], q = sg s[tv]. Adjoint: p = sg s[tv], q = -sg s[tu].
+template <int kPairs>
+struct PairCoefficients {
+  float cos_u[kPairs];
+  float cos_v[kPairs];
+  float p[kPairs];
+  float q[kPairs];
+};
+
+/// Positions of logical pair i in a slice of `half_dim` pairs.
+MLAROPE_HD MLAROPE_INLINE std::int64_t u_position(PairLayout layout, std::int64_t i,
+                                                 std::int64_t half_dim) {
+  (void)half_dim;
+  return layout == PairLayout::half ? i : 2 * i;
+}
+MLAROPE_HD MLAROPE_INLINE std::int64_t v_position(PairLayout layout, std::int64_t i,
+                                                 std::int64_t half_dim) {
+  return layout == PairLayout::half ? i + half_dim : 2 * i + 1;
+}
+
+/// Pairs first .. first + kPairs - 1 of `slice`, stored in `layout`.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> load_pairs(const T* slice, PairLayout layout,
+                                                      std::int64_t half_dim, std::int64_t first) {
+  PairChunk<kPairs> c;
+#if defined(MLAROPE_HOST_SSE2)
+  if constexpr (std::is_same_v<T, BFloat16> && kPairs == 4) {
+    if (layout == PairLayout::half) host_simd::load_half(slice + first, slice + half_dim + first, c.u, c.v);
+    else host_simd::load_interleaved(slice + 2 * first, c.u, c.v);
+    return c;
+  }
+#endif
+  if constexpr (kPairs == 1) {
+    c.u[0] = load_element(slice, u_position(layout, first, half_dim));
+    c.v[0] = load_element(slice, v_position(layout, first, half_dim));
+  } else if (layout == PairLayout::half) {
+    load_vector<T, kPairs>(slice + first, c.u);
+    load_vector<T, kPairs>(slice + half_dim + first, c.v);
+  } else {
+    float x[2 * kPairs];
+    load_vector<T, 2 * kPairs>(slice + 2 * first, x);
+    MLAROPE_SIMD
+    for (int j = 0; j < kPairs; ++j) {
+      c.u[j] = x[2 * j];
+      c.v[j] = x[2 * j + 1];
+    }
+  }
+  return c;
+}
+
+/// Store pairs first .. first + kPairs - 1 into `slice` in `layout`, rounded to T.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE void store_pairs(T* slice, PairLayout layout, std::int64_t half_dim,
+                                          std::int64_t first, const PairChunk<kPairs>& c) {
+#if defined(MLAROPE_HOST_SSE2)
+  if constexpr (std::is_same_v<T, BFloat16> && kPairs == 4) {
+    if (layout == PairLayout::half) host_simd::store_half(slice + first, slice + half_dim + first, c.u, c.v);
+    else host_simd::store_interleaved(slice + 2 * first, c.u, c.v);
+    return;
+  }
+#endif
+  if constexpr (kPairs == 1) {
+    store_element(slice, u_position(layout, first, half_dim), c.u[0]);
+    store_element(slice, v_position(layout, first, half_dim), c.v[0]);
+  } else if (layout == PairLayout::half) {
+    store_vector<T, kPairs>(slice + first, c.u);
+    store_vector<T, kPairs>(slice + half_dim + first, c.v);
+  } else {
+    float x[2 * kPairs];
+    MLAROPE_SIMD
+    for (int j = 0; j < kPairs; ++j) {
+      x[2 * j] = c.u[j];
+      x[2 * j + 1] = c.v[j];
+    }
+    store_vector<T, 2 * kPairs>(slice + 2 * first, x);
+  }
+}
+
+/// Copy, bit for bit, the elements that pairs first .. first + kPairs - 1 occupy in `layout`
+/// (a pass-through row: the slice is copied unchanged, positions kept).
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE void copy_pairs(const T* src, T* dst, PairLayout layout,
+                                         std::int64_t half_dim, std::int64_t first) {
+  MLAROPE_SIMD
+  for (int j = 0; j < kPairs; ++j) {
+    copy_element(src, dst, u_position(layout, first + j, half_dim));
+    copy_element(src, dst, v_position(layout, first + j, half_dim));
+  }
+}
+
+/// The coefficients of pairs first .. first + kPairs - 1 from table row `freq_row`.
+template <int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> load_coefficients(const PairRotation& r,
+                                                                    std::int64_t freq_row,
+                                                                    std::int64_t half_dim,
+                                                                    std::int64_t first) {
+  PairCoefficients<kPairs> k;
+  const std::int64_t cos_row = freq_row * r.cos.row_stride;
+  const std::int64_t sin_row = freq_row * r.sin.row_stride;
+  MLAROPE_SIMD
+  for (int j = 0; j < kPairs; ++j) {
+    const std::int64_t tu = u_position(r.table_layout, first + j, half_dim);
+    const std::int64_t tv = v_position(r.table_layout, first + j, half_dim);
+    k.cos_u[j] = load_table_element(r.cos.data, r.table_dtype, cos_row + tu);
+    k.cos_v[j] = load_table_element(r.cos.data, r.table_dtype, cos_row + tv);
+    const float sin_u = r.sign * load_table_element(r.sin.data, r.table_dtype, sin_row + tu);
+    const float sin_v = r.sign * load_table_element(r.sin.data, r.table_dtype, sin_row + tv);
+    k.p[j] = r.adjoint ? sin_v : -sin_u;
+    k.q[j] = r.adjoint ? -sin_u : sin_v;
+  }
+  return k;
+}
+
+/// The rotated (or adjoint-rotated) chunk.
+template <int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> rotate(const PairChunk<kPairs>& x,
+                                                  const PairCoefficients<kPairs>& k) {
+  PairChunk<kPairs> y;
+  MLAROPE_SIMD
+  for (int j = 0; j < kPairs; ++j) {
+    y.u[j] = x.u[j] * k.cos_u[j] + x.v[j] * k.p[j];
+    y.v[j] = x.v[j] * k.cos_v[j] + x.u[j] * k.q[j];
+  }
+  return y;
+}
+
+}  // namespace mlarope::kernels

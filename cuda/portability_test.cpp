@@ -1,0 +1,184 @@
+// The portability header's conversions against Eigen's (exact IEEE round to nearest even),
+// on every f16 / bf16 value and on floats around every rounding boundary.
+#include "portability.h"
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "element_io.h"
+#include "host_simd.h"
+#include "mlarope/host_convert.h"
+
+namespace mlarope::kernels {
+namespace {
+
+std::uint16_t eigen_half_bits(float x) {
+  return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x));
+}
+std::uint16_t eigen_bf16_bits(float x) {
+  return Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(x));
+}
+
+// Floats whose low 13 (f16) or 16 (bf16) bits sit at and around the rounding boundaries, for
+// every combination of the upper bits, plus random ones.
+std::vector<std::uint32_t> boundary_floats(int dropped_bits) {
+  const std::uint32_t half_ulp = 1u << (dropped_bits - 1);
+  const std::uint32_t lows[] = {0, 1, half_ulp - 1, half_ulp, half_ulp + 1, (half_ulp << 1) - 1};
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t high = 0; high < (1u << (32 - dropped_bits)); ++high)
+    for (std::uint32_t low : lows) out.push_back((high << dropped_bits) | low);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200000; ++i) out.push_back(rng());
+  return out;
+}
+
+TEST(Portability, HalfToFloatIsExactForEveryHalf) {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float expected = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(
+        static_cast<std::uint16_t>(h)));
+    const float got = half_to_float(static_cast<std::uint16_t>(h));
+    if (std::isnan(expected)) EXPECT_TRUE(std::isnan(got)) << h;
+    else EXPECT_EQ(float_bits(expected), float_bits(got)) << "half bits " << h;
+  }
+}
+
+TEST(Portability, FloatToHalfRoundsToNearestEven) {
+  for (std::uint32_t bits : boundary_floats(13)) {
+    const float x = float_from_bits(bits);
+    const std::uint16_t got = float_to_half(x);
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(half_to_float(got))) << "NaN must stay NaN: " << bits;
+      continue;
+    }
+    ASSERT_EQ(eigen_half_bits(x), got) << "float bits 0x" << std::hex << bits;
+  }
+}
+
+TEST(Portability, HalfRoundTripIsBitExact) {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const auto bits = static_cast<std::uint16_t>(h);
+    const std::uint16_t back = float_to_half(half_to_float(bits));
+    if ((h & 0x7fffu) > 0x7c00u) EXPECT_GT(back & 0x7fffu, 0x7c00u) << h;
+    else EXPECT_EQ(bits, back) << h;
+  }
+}
+
+TEST(Portability, FloatToBf16RoundsToNearestEven) {
+  for (std::uint32_t bits : boundary_floats(16)) {
+    const float x = float_from_bits(bits);
+    const std::uint16_t got = float_to_bf16(x);
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(bf16_to_float(got))) << "NaN must stay NaN: " << bits;
+      continue;
+    }
+    ASSERT_EQ(eigen_bf16_bits(x), got) << "float bits 0x" << std::hex << bits;
+  }
+}
+
+TEST(Portability, Bf16ToFloatIsExact) {
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const float expected =
+        static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(static_cast<std::uint16_t>(b)));
+    const float got = bf16_to_float(static_cast<std::uint16_t>(b));
+    if (std::isnan(expected)) EXPECT_TRUE(std::isnan(got));
+    else EXPECT_EQ(float_bits(expected), float_bits(got)) << b;
+  }
+}
+
+TEST(Portability, RoundToOddMatchesTheHostConversion) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  for (int i = 0; i < 200000; ++i) {
+    const double x = unit(rng) * std::ldexp(1.0, static_cast<int>(rng() % 60) - 30);
+    EXPECT_EQ(float_bits(round_to_odd_float(x)), float_bits(double_to_float_round_odd(x))) << x;
+  }
+  EXPECT_EQ(double_to_float_round_odd(0.5), 0.5f);
+}
+
+TEST(Portability, AtomicOrAccumulates) {
+  std::uint32_t word = 0;
+  atomic_or(&word, 1u);
+  atomic_or(&word, 4u);
+  atomic_or(&word, 1u);
+  EXPECT_EQ(word, 5u);
+  EXPECT_EQ(load_word(&word), 5u);
+}
+
+TEST(Portability, VectorLoadsAndStoresRoundTrip) {
+  alignas(16) BFloat16 in[8], out[8];
+  for (int i = 0; i < 8; ++i) in[i] = from_float<BFloat16>(0.25f * static_cast<float>(i) - 1.0f);
+  float x[8];
+  load_vector<BFloat16, 8>(in, x);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(x[i], 0.25f * static_cast<float>(i) - 1.0f);
+  store_vector<BFloat16, 8>(out, x);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(in[i].bits, out[i].bits);
+  alignas(16) float f_in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, f_out[8];
+  load_vector<float, 8>(f_in, x);
+  store_vector<float, 8>(f_out, x);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(f_in[i], f_out[i]);
+}
+
+TEST(Portability, TableElementsOfEveryDtype) {
+  const float f[2] = {0.5f, -2.0f};
+  const Half h[2] = {from_float<Half>(0.5f), from_float<Half>(-2.0f)};
+  const BFloat16 b[2] = {from_float<BFloat16>(0.5f), from_float<BFloat16>(-2.0f)};
+  EXPECT_EQ(load_table_element(f, DType::f32, 1), -2.0f);
+  EXPECT_EQ(load_table_element(h, DType::f16, 1), -2.0f);
+  EXPECT_EQ(load_table_element(b, DType::bf16, 0), 0.5f);
+}
+
+}  // namespace
+}  // namespace mlarope::kernels
+
+namespace mlarope::kernels {
+namespace {
+
+// The host SIMD leaves (host_simd.h) against the element code, bit for bit: every bf16 bit
+// pattern through the loads, and floats around every rounding boundary through the stores.
+#if defined(MLAROPE_HOST_SSE2)
+TEST(HostSimd, Bf16LoadsEqualTheElementConversion) {
+  for (std::uint32_t start = 0; start < 65536; start += 8) {
+    BFloat16 x[8];
+    for (std::uint32_t j = 0; j < 8; ++j) x[j].bits = static_cast<std::uint16_t>(start + j);
+    float u[4], v[4];
+    host_simd::load_interleaved(x, u, v);
+    for (int j = 0; j < 4; ++j) {
+      ASSERT_EQ(float_bits(u[j]), float_bits(to_float(x[2 * j])));
+      ASSERT_EQ(float_bits(v[j]), float_bits(to_float(x[2 * j + 1])));
+    }
+    host_simd::load_half(x, x + 4, u, v);
+    for (int j = 0; j < 4; ++j) {
+      ASSERT_EQ(float_bits(u[j]), float_bits(to_float(x[j])));
+      ASSERT_EQ(float_bits(v[j]), float_bits(to_float(x[4 + j])));
+    }
+  }
+}
+
+TEST(HostSimd, Bf16StoresEqualTheElementConversion) {
+  const std::vector<std::uint32_t> bits = boundary_floats(16);
+  for (std::size_t i = 0; i + 8 <= bits.size(); i += 8) {
+    float u[4], v[4];
+    for (int j = 0; j < 4; ++j) {
+      u[j] = float_from_bits(bits[i + j]);
+      v[j] = float_from_bits(bits[i + 4 + j]);
+    }
+    BFloat16 inter[8], half[8];
+    host_simd::store_interleaved(inter, u, v);
+    host_simd::store_half(half, half + 4, u, v);
+    for (int j = 0; j < 4; ++j) {
+      ASSERT_EQ(inter[2 * j].bits, float_to_bf16(u[j])) << std::hex << bits[i + j];
+      ASSERT_EQ(inter[2 * j + 1].bits, float_to_bf16(v[j])) << std::hex << bits[i + 4 + j];
+      ASSERT_EQ(half[j].bits, float_to_bf16(u[j]));
+      ASSERT_EQ(half[4 + j].bits, float_to_bf16(v[j]));
+    }
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace mlarope::kernels

@@ -1,0 +1,58 @@
+// The interface a backend implements behind mlarope::Stream and mlarope::Graph. Launches are
+// asynchronous on CUDA and immediate on the host backend; while capturing, both record them.
+#pragma once
+
+#include <memory>
+
+#include "launches.h"
+#include "mlarope/backend.h"
+#include "mlarope/status.h"
+
+namespace mlarope::detail {
+
+/// How a backend likes its grids.
+struct LaunchProfile {
+  std::int64_t max_threads = 128;        ///< threads per block
+  std::int64_t thread_granularity = 32;  ///< threads per block are a multiple of this
+  std::int64_t max_blocks = 1 << 20;     ///< larger grids loop over rows (grid-stride)
+};
+
+class StreamImpl;
+
+/// A captured sequence of launches.
+class GraphImpl {
+ public:
+  virtual ~GraphImpl() = default;
+  /// Run the launches again on `stream`, reading what the buffers hold now.
+  virtual void replay(StreamImpl& stream) = 0;
+};
+
+/// One backend stream: an ordered queue of launches that owns a scratch status word.
+class StreamImpl {
+ public:
+  virtual ~StreamImpl() = default;
+  /// Which backend this is.
+  virtual BackendKind kind() const = 0;
+  /// Grid preferences of this backend.
+  virtual LaunchProfile profile() const = 0;
+  /// The stream's scratch status word (device memory), for the THD cu_seqlens check.
+  virtual DeviceStatus* scratch_status() = 0;
+  /// Zero the scratch status word (a launch: ordered with the others, captured too).
+  virtual void clear_scratch_status() = 0;
+  /// Enqueue one launch.
+  virtual void launch(const CuSeqlensCheckLaunch& l) = 0;
+  virtual void launch(const RopeLaunch& l) = 0;
+  virtual void launch(const KvSplitLaunch& l) = 0;
+  virtual void launch(const KvSplitBackwardLaunch& l) = 0;
+  virtual void launch(const YarnLaunch& l) = 0;
+  /// Wait until every launch enqueued so far has finished.
+  virtual void synchronize() = 0;
+  /// Start recording launches instead of running them.
+  virtual void begin_capture() = 0;
+  /// Stop recording; the recorded launches as a graph.
+  virtual std::unique_ptr<GraphImpl> end_capture() = 0;
+  /// True between begin_capture and end_capture.
+  virtual bool capturing() const = 0;
+};
+
+}  // namespace mlarope::detail
