@@ -1,5 +1,6 @@
 #include "case_run.h"
 
+#include "device_backend.h"
 #include "mlarope/error.h"
 #include "reference.h"
 
@@ -132,10 +133,16 @@ Backend reference_backend() {
   return b;
 }
 
-std::vector<std::string> backend_names() { return {"reference"}; }
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names = {"reference", "host"};
+  if (cuda_device_available()) names.push_back("cuda");
+  return names;
+}
 
 Backend find_backend(const std::string& name) {
   if (name == "reference") return reference_backend();
+  if (name == "host") return host_backend();
+  if (name == "cuda") return cuda_backend();
   std::string known;
   for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error("--backend " + name + ": unknown backend (this build has: " + known + ")");

@@ -1,0 +1,21 @@
+// The optimized backends (include/mlarope/backend.h) as harness Backends on host memory.
+#pragma once
+
+#include <cstdint>
+
+#include "case_run.h"
+#include "mlarope/backend.h"
+
+namespace mlarope::harness {
+
+/// The host backend: the kernel bodies on the CPU grid executor, with block and thread order
+/// drawn from `order_seed`. Host memory is its device memory, so calls run on the buffers
+/// given; it offers `with_order_seed` and `capture` (graph capture and replay).
+Backend host_backend(std::uint64_t order_seed = 0);
+
+/// The CUDA backend: every call copies the memory its views span to the device, runs there,
+/// and copies the outputs back (so it checks the kernels, not the transfer). Throws
+/// mlarope::Error when no device is available.
+Backend cuda_backend();
+
+}  // namespace mlarope::harness
