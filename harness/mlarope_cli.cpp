@@ -1,12 +1,23 @@
-// The mlarope command-line tool: run case files (SPEC.md §7) on a backend.
+// The mlarope command-line tool: run a case file (SPEC.md §7) on a backend, check it with every
+// check of DESIGN.md, or fuzz a backend with random cases. Errors are one line on stderr and
+// exit status 2; failing checks exit with status 1; `run` with status 3 (output off expected).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
+#include "broken_backends.h"
 #include "case_run.h"
+#include "checks.h"
 #include "compare.h"
+#include "fuzz.h"
 #include "mlarope/error.h"
+#include "report_command.h"
+#include "tolerance.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;
@@ -35,6 +46,20 @@ std::string describe(const Case& c) {
   return s;
 }
 
+// "host" when this build has it, else "reference".
+std::string default_backend() {
+  const auto names = backend_names();
+  return std::find(names.begin(), names.end(), "host") != names.end() ? "host" : "reference";
+}
+
+std::string known_backends() {
+  std::string s;
+  for (const std::string& n : backend_names()) s += (s.empty() ? "" : "|") + n;
+  return s + " (check and fuzz also take broken:NAME, a deliberately wrong reference)";
+}
+
+// --- run ---------------------------------------------------------------------------------------
+
 struct RunOptions {
   std::string case_dir;
   std::string backend = "reference";
@@ -53,23 +78,181 @@ int run_command(const RunOptions& o) {
   std::cout << "  backend " << backend.name << ": " << ms << " ms, device status "
             << describe_status(outputs.status) << "\n";
   if (!o.out_dir.empty()) write_outputs(o.out_dir, outputs);
+  // The reference rounds once: within 1 ulp. Optimized backends: DESIGN.md's tolerance model.
+  const bool is_reference = backend.name == "reference";
   int worse_than_one_ulp = 0;
+  std::map<std::string, npy::Array> expected_arrays;
   for (const auto& [name, array] : outputs.arrays) {
     std::cout << "  " << name << " " << shape_string(array.shape);
     if (!o.out_dir.empty()) std::cout << " -> " << (fs::path(o.out_dir) / (name + ".npy")).string();
     const fs::path expected = fs::path(o.case_dir) / ("expected_" + name + ".npy");
     if (fs::exists(expected)) {
-      const Comparison cmp = compare_ulps(array, c.config.dtype, npy::read(expected));
+      expected_arrays[name] = npy::read(expected);
+      const Comparison cmp = compare_ulps(array, c.config.dtype, expected_arrays[name]);
       std::cout << "\n    vs " << expected.filename().string() << ": " << cmp.summary(array.shape);
       if (!cmp.same_shape || cmp.max_ulps > 1.0 || cmp.nan_mismatches) ++worse_than_one_ulp;
     }
     std::cout << "\n";
   }
-  if (worse_than_one_ulp) {
+  if (is_reference && worse_than_one_ulp) {
     std::cout << "  " << worse_than_one_ulp << " output(s) differ from expected by more than 1 ulp\n";
     return 3;
   }
+  if (!is_reference && expected_arrays.size() == outputs.arrays.size() && !expected_arrays.empty()) {
+    const ToleranceResult t = check_tolerance(c, outputs.arrays, expected_arrays);
+    std::cout << "  tolerance model (DESIGN.md): " << (t.ok() ? "ok" : "VIOLATED") << ", "
+              << t.checked << " elements";
+    if (!t.ok()) std::cout << ", " << t.violations << " outside, first " << t.first_violation;
+    std::cout << "\n";
+    if (!t.ok()) return 3;
+  }
   return 0;
+}
+
+// --- report ------------------------------------------------------------------------------------
+
+void add_report(CLI::App& app, reports::ReportOptions& report) {
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Read fuzz.json and Google Benchmark JSON files (mlarope_bench --benchmark_out=F.json) and "
+      "write DIR/report.html (self-contained, inline SVG charts) and DIR/summary.md; print the "
+      "summary. With --baseline, exit status 1 if a fraction of the copy floor dropped by more "
+      "than the baseline's threshold.");
+  cmd->add_option("FILES", report.inputs, "fuzz.json and benchmark JSON files")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--out", report.out_dir, "output directory")->capture_default_str();
+  cmd->add_option("--baseline", report.baseline, "baseline JSON to gate against")->check(CLI::ExistingFile);
+  cmd->add_option("--write-baseline", report.write_baseline,
+                  "write a baseline of this run's --baseline-backend results here");
+  cmd->add_option("--baseline-backend", report.baseline_backend, "backend a written baseline keeps")
+      ->capture_default_str();
+  cmd->add_option("--threshold", report.threshold,
+                  "allowed relative drop of a floor fraction, stored in a written baseline")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+}
+
+// --- check -------------------------------------------------------------------------------------
+
+struct CheckCommandOptions {
+  std::string case_dir;
+  std::string backend = default_backend();
+  std::vector<std::string> checks;
+  std::uint64_t seed = 0;
+  bool seed_given = false;
+};
+
+// The checks.json a failure directory carries, or the defaults.
+CheckOptions options_in(const fs::path& dir) {
+  const fs::path file = dir / "checks.json";
+  if (!fs::exists(file)) return {};
+  std::ifstream in(file);
+  try {
+    return check_options_from_json(nlohmann::json::parse(in));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(file.string() + ": not valid JSON: " + e.what());
+  } catch (const Error& e) {
+    throw Error(file.string() + ": " + e.what());
+  }
+}
+
+// mlarope check: every check on one case, one line per check.
+int check_command(const CheckCommandOptions& o) {
+  const Case c = read_case(o.case_dir);
+  CheckOptions options = options_in(o.case_dir);
+  if (!o.checks.empty()) {
+    options.checks.clear();
+    for (const std::string& name : o.checks) options.checks.push_back(parse_check(name));
+  }
+  if (o.seed_given) options.seed = o.seed;
+  const Backend backend = props::resolve_backend(o.backend);
+  const LayoutPlan& p = options.layout;
+  std::cout << o.case_dir << ": " << describe(c) << "\n  backend " << backend.name << "; layout head_gap "
+            << p.head_gap << ", row_gap " << p.row_gap << ", table_gap " << p.table_gap
+            << (p.misalign ? ", misaligned" : "") << (p.broadcast_heads ? ", broadcast heads" : "")
+            << "; seed " << options.seed << "\n";
+  const CheckReport report = run_checks(c, backend, options);
+  int counts[3] = {0, 0, 0};
+  for (const CheckResult& r : report.results) {
+    std::cout << "  " << format_result(r) << "\n";
+    ++counts[int(r.outcome)];
+  }
+  std::cout << "  " << counts[0] << " passed, " << counts[1] << " failed, " << counts[2] << " skipped\n";
+  return report.ok() ? 0 : 1;
+}
+
+// --- fuzz --------------------------------------------------------------------------------------
+
+struct FuzzCommandOptions {
+  FuzzOptions fuzz;
+  std::vector<std::string> ops;
+  std::string out = "fuzz-out";
+};
+
+Op parse_op_name(const std::string& name) {
+  for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
+    if (to_string(op) == name) return op;
+  throw Error("--ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward)");
+}
+
+int fuzz_command(FuzzCommandOptions o) {
+  for (const std::string& name : o.ops) o.fuzz.ops.push_back(parse_op_name(name));
+  o.fuzz.out = o.out;
+  const bool tty = isatty(fileno(stdout)) != 0;
+  const FuzzStats stats = run_fuzz(o.fuzz, std::cout, tty);
+  FuzzOptions shown = o.fuzz;
+  if (shown.ops.empty()) shown.ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
+  std::cout << summary(stats, shown);
+  return stats.failing_cases == 0 ? 0 : 1;
+}
+
+void add_run(CLI::App& app, RunOptions& run) {
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "Run one case on a backend, write its outputs (out.npy, grad_t.npy, key.npy + value.npy, or "
+      "grad_kv.npy + grad_k_pe.npy) in the activation dtype, and compare them with any "
+      "expected_<output>.npy in the case directory (exit status 3 if the reference is more than 1 ulp "
+      "away, or an optimized backend outside DESIGN.md's tolerance model).");
+  cmd->add_option("CASE_DIR", run.case_dir, "case directory holding case.json")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--backend", run.backend, known_backends())->capture_default_str();
+  cmd->add_option("--out", run.out_dir, "directory for the outputs (created if missing)");
+}
+
+void add_check(CLI::App& app, CheckCommandOptions& check) {
+  CLI::App* cmd = app.add_subcommand(
+      "check",
+      "Run every check of DESIGN.md (value, coverage, immutability, bounds, round trip, adjoint, "
+      "in place, graph replay, determinism, order independence) on one case and print each result; "
+      "uses the case's checks.json (layout plan, seed) when it has one. Exit status 1 if a check fails.");
+  cmd->add_option("CASE_DIR", check.case_dir, "case directory holding case.json")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--backend", check.backend, known_backends())->capture_default_str();
+  cmd->add_option("--checks", check.checks, "only these checks (comma separated)")->delimiter(',');
+  cmd->add_option_function<std::uint64_t>(
+      "--seed", [&check](std::uint64_t s) { check.seed = s, check.seed_given = true; },
+      "seed of the random data of adjoint and graph replay, and of the order seeds");
+}
+
+void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
+  CLI::App* cmd = app.add_subcommand(
+      "fuzz",
+      "Run random cases through every check until the budget ends (60 s when neither --seconds "
+      "nor --cases is given); write DIR/fuzz.json and failing cases under DIR/failures/. Exit "
+      "status 1 if a case fails.");
+  FuzzOptions& f = fuzz.fuzz;
+  f.backend = default_backend();
+  cmd->add_option("--seconds", f.seconds, "time budget in seconds")->check(CLI::Range(0.0, 1e7));
+  cmd->add_option("--cases", f.cases, "case budget")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  cmd->add_option("--seed", f.seed, "seed of the run")->capture_default_str();
+  cmd->add_option("--backend", f.backend, known_backends())->capture_default_str();
+  cmd->add_option("--ops", fuzz.ops, "ops to draw (comma separated; default all)")->delimiter(',');
+  cmd->add_option("--out", fuzz.out, "output directory")->capture_default_str();
+  cmd->add_option("--size", f.size, "generator size: 100 gives the default distributions, more "
+                                    "allows more rows per case")->capture_default_str()->check(CLI::Range(0, 100000));
+  cmd->add_option("--jobs", f.jobs, "worker threads")->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("--max-failure-dirs", f.max_failure_dirs, "failing cases written as directories at most")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
 }
 
 }  // namespace
@@ -80,28 +263,27 @@ int main(int argc, char** argv) {
       "Case files (a directory with case.json and .npy inputs) are described in SPEC.md §7."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mlarope 0.1.0");
-
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "mlarope: error: " + std::string(e.what()) + " (see --help)\n";
+  });
   RunOptions run;
-  CLI::App* run_cmd = app.add_subcommand(
-      "run",
-      "Run one case on a backend, write its outputs (out.npy, grad_t.npy, key.npy + value.npy, or "
-      "grad_kv.npy + grad_k_pe.npy) in the activation dtype, and compare them with any "
-      "expected_<output>.npy in the case directory (exit status 3 if one differs by > 1 ulp).");
-  run_cmd->add_option("CASE_DIR", run.case_dir, "case directory holding case.json")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  run_cmd->add_option("--backend", run.backend, "reference (CPU, double precision)")
-      ->capture_default_str();
-  run_cmd->add_option("--out", run.out_dir, "directory for the outputs (created if missing)");
-  run_cmd->callback([&] {});
-
+  CheckCommandOptions check;
+  FuzzCommandOptions fuzz;
+  reports::ReportOptions report;
+  add_run(app, run);
+  add_report(app, report);
+  add_check(app, check);
+  add_fuzz(app, fuzz);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (run_cmd->parsed()) return run_command(run);
+    if (app.got_subcommand("run")) return run_command(run);
+    if (app.got_subcommand("check")) return check_command(check);
+    if (app.got_subcommand("fuzz")) return fuzz_command(fuzz);
+    if (app.got_subcommand("report")) return reports::report_command(report);
   } catch (const std::exception& e) {
     std::cerr << "mlarope: error: " << e.what() << "\n";
     return 2;

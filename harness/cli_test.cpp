@@ -1,0 +1,142 @@
+// The mlarope command line: check and fuzz on real cases, and one-line errors (never a crash)
+// for malformed case files and command lines.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "case_file.h"
+#include "failure.h"
+#include "generators.h"
+
+namespace fs = std::filesystem;
+using namespace mlarope;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() / ("mlarope_cli_test_" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+struct Result {
+  int status = 0;
+  std::string out, err;
+  int err_lines() const { return static_cast<int>(std::count(err.begin(), err.end(), '\n')); }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result mlarope(const std::string& args, const TempDir& tmp) {
+  const fs::path out = tmp.path() / "stdout.txt", err = tmp.path() / "stderr.txt";
+  const std::string command = std::string(MLAROPE_CLI) + " " + args + " > " + out.string() + " 2> " + err.string();
+  const int raw = std::system(command.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+// A generated case written as a directory (with checks.json), as a failure would be.
+fs::path write_generated_case(const TempDir& tmp, std::uint64_t seed) {
+  const props::CaseSpec spec = props::random_spec(seed, props::kDefaultSize);
+  const fs::path dir = tmp.path() / ("case_" + std::to_string(seed));
+  props::write_failure(dir, spec, props::materialize(spec), props::check_options(spec), {}, "reference");
+  return dir;
+}
+
+TEST(Cli, CheckRunsEveryCheckOnAGeneratedCase) {
+  TempDir tmp;
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    const fs::path dir = write_generated_case(tmp, seed);
+    const Result r = mlarope("check " + dir.string() + " --backend reference", tmp);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    for (const char* check : {"value", "coverage", "immutability", "bounds", "round_trip", "adjoint",
+                              "in_place", "graph_replay", "determinism", "order_independence"})
+      EXPECT_NE(r.out.find(check), std::string::npos) << check;
+  }
+}
+
+TEST(Cli, CheckRunsASubset) {
+  TempDir tmp;
+  const fs::path dir = write_generated_case(tmp, 4);
+  const Result r = mlarope("check " + dir.string() + " --backend reference --checks value,bounds --seed 9", tmp);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("2 passed"), std::string::npos) << r.out;
+}
+
+TEST(Cli, MalformedInputsGiveOneLineErrors) {
+  TempDir tmp;
+  const fs::path good = write_generated_case(tmp, 5);
+  const fs::path bad_json = tmp.path() / "bad_json";
+  fs::create_directories(bad_json);
+  std::ofstream(bad_json / "case.json") << "{ not json";
+  const fs::path bad_checks = tmp.path() / "bad_checks";
+  fs::copy(good, bad_checks);
+  std::ofstream(bad_checks / "checks.json") << R"({"checks": ["value", "nonsense"]})";
+  const fs::path truncated = tmp.path() / "truncated";
+  fs::copy(good, truncated);
+  std::ofstream(truncated / "cos.npy") << "\x93NUMPY";
+  const std::vector<std::string> commands = {
+      "check " + bad_json.string(),
+      "check " + bad_checks.string() + " --backend reference",
+      "check " + truncated.string() + " --backend reference",
+      "check " + (tmp.path() / "missing").string(),
+      "check " + good.string() + " --backend nonsense",
+      "check " + good.string() + " --checks nonsense --backend reference",
+      "fuzz --ops rope,nonsense --cases 1",
+      "fuzz --jobs 0",
+      "fuzz --seconds -1",
+      "fuzz --cases 1 --backend nonsense",
+      "fuzz --cases 1 --out /proc/forbidden",
+      "nonsense",
+      "",
+  };
+  for (const std::string& c : commands) {
+    const Result r = mlarope(c, tmp);
+    EXPECT_EQ(r.status, 2) << c << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err_lines(), 1) << c << "\n" << r.err;
+  }
+}
+
+TEST(Cli, FuzzWritesItsReport) {
+  TempDir tmp;
+  const fs::path out = tmp.path() / "fuzz";
+  const Result r = mlarope("fuzz --cases 60 --seed 3 --backend reference --ops rope,kv_split --jobs 2 --out " + out.string(), tmp);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("cases/s"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(out / "fuzz.json"));
+  EXPECT_EQ(j["cases"], 60);
+  EXPECT_EQ(j["failing_cases"], 0);
+  EXPECT_EQ(j["counts"]["op"].size(), 2u);
+  for (const char* key : {"layout", "dtype", "triple", "cp_size"}) EXPECT_TRUE(j["counts"].contains(key)) << key;
+  EXPECT_EQ(j["checks"]["value"]["pass"], 60);
+  EXPECT_TRUE(j["ulp_histograms"].contains("f32"));
+}
+
+TEST(Cli, RunStillWorks) {
+  TempDir tmp;
+  const fs::path example = fs::path(MLAROPE_SOURCE_DIR) / "examples";
+  if (!fs::exists(example)) GTEST_SKIP() << "no examples folder";
+  for (const auto& entry : fs::directory_iterator(example)) {
+    if (!fs::exists(entry.path() / "case.json")) continue;
+    const Result r = mlarope("run " + entry.path().string() + " --out " + (tmp.path() / "out").string(), tmp);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,176 @@
+// The fuzz loop: workers draw case indices from a shared counter, so the cases of a run do not
+// depend on the number of workers; each worker keeps its own stats, merged at the end.
+#include "fuzz.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <ostream>
+#include <thread>
+
+#include "broken_backends.h"
+#include "case_run.h"
+#include "failure.h"
+#include "generators.h"
+#include "mlarope/error.h"
+
+namespace mlarope::harness {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t case_seed(std::uint64_t seed, std::int64_t index) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(index) + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+namespace {
+
+std::string layout_triple(const props::CaseSpec& s) {
+  return std::string(to_string(s.in_layout)) + "/" + std::string(to_string(s.out_layout)) + "/" +
+         std::string(to_string(s.table_layout));
+}
+
+void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& report) {
+  ++st.cases;
+  st.counts["op"][std::string(to_string(s.op))]++;
+  st.counts["layout"][std::string(to_string(s.layout))]++;
+  st.counts["dtype"][std::string(to_string(s.dtype))]++;
+  st.counts["triple"][layout_triple(s)]++;
+  st.counts["cp_size"][std::to_string(s.cp_size)]++;
+  st.counts["values"][std::string(to_string(s.values))]++;
+  st.counts["table"][std::string(to_string(s.table_kind))]++;
+  st.counts["in_place"][s.in_place ? "true" : "false"]++;
+  // The joint coverage matrix: op;layout;dtype;triple;cp_size.
+  st.counts["matrix"][std::string(to_string(s.op)) + ";" + std::string(to_string(s.layout)) + ";" +
+                      std::string(to_string(s.dtype)) + ";" + layout_triple(s) + ";" +
+                      std::to_string(s.cp_size)]++;
+  for (const CheckResult& r : report.results) st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
+  st.ulps[std::string(to_string(s.dtype))].merge(report.histogram);
+}
+
+// Everything one worker needs.
+struct Worker {
+  const FuzzOptions& options;
+  Backend backend;  // NOTE: one per worker: a backend's stream is not shared between threads
+  const props::GenOptions& gen;
+  std::atomic<std::int64_t>& next;
+  std::atomic<std::int64_t>& done;
+  std::atomic<std::int64_t>& failing;
+  std::atomic<std::int64_t>& dirs_written;
+  Clock::time_point deadline;
+  bool timed;
+  FuzzStats stats;
+
+  void record_failure(std::int64_t index, std::uint64_t seed, const props::CaseSpec& spec,
+                      const Case& c, const CheckOptions& check_options, const CheckReport& report) {
+    ++stats.failing_cases;
+    ++failing;
+    FuzzFailure f{index, seed, props::describe(spec), "", {}};
+    for (const CheckResult* r : report.failures())
+      f.checks.emplace_back(std::string(to_string(r->check)), r->message);
+    if (dirs_written++ < options.max_failure_dirs) {
+      char name[64];
+      std::snprintf(name, sizeof name, "case_%06lld", static_cast<long long>(index));
+      f.dir = (fs::path("failures") / name).string();
+      try {
+        props::write_failure(options.out / f.dir, spec, c, check_options, report, backend.name);
+      } catch (const std::exception& e) {
+        f.checks.emplace_back("write", std::string("could not write the case directory: ") + e.what());
+        f.dir.clear();
+      }
+    }
+    stats.failures.push_back(std::move(f));
+  }
+
+  void one_case(std::int64_t index) {
+    const std::uint64_t seed = case_seed(options.seed, index);
+    const props::CaseSpec spec = props::random_spec(seed, options.size, gen);
+    const Case c = props::materialize(spec);
+    const CheckOptions check_options = props::check_options(spec);
+    CheckReport report;
+    try {
+      report = run_checks(c, backend, check_options);
+    } catch (const Error& e) {
+      CheckResult invalid;
+      invalid.outcome = Outcome::fail;
+      invalid.message = std::string("the generated case is invalid: ") + e.what();
+      report.results.push_back(invalid);
+    }
+    count_case(stats, spec, report);
+    if (!report.ok()) record_failure(index, seed, spec, c, check_options, report);
+  }
+
+  void run() {
+    for (;;) {
+      if (timed && Clock::now() >= deadline) return;
+      const std::int64_t index = next++;
+      if (options.cases > 0 && index >= options.cases) return;
+      one_case(index);
+      ++done;
+    }
+  }
+};
+
+std::vector<Op> all_ops() { return {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward}; }
+
+void show_progress(std::ostream& out, bool tty, std::int64_t cases, std::int64_t failures, double seconds) {
+  char line[160];
+  std::snprintf(line, sizeof line, "%lld cases, %.0f cases/s, %lld failures, %.1f s",
+                static_cast<long long>(cases), seconds > 0 ? cases / seconds : 0.0,
+                static_cast<long long>(failures), seconds);
+  if (tty) out << "\r" << line << "   " << std::flush;
+  else out << line << std::endl;
+}
+
+}  // namespace
+
+FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
+  if (o.jobs < 1 || o.jobs > 256) throw Error("--jobs " + std::to_string(o.jobs) + ": expected 1..256");
+  if (o.size < 0) throw Error("--size " + std::to_string(o.size) + ": expected >= 0");
+  props::resolve_backend(o.backend);  // an unknown name fails before anything is written
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec || !fs::is_directory(o.out)) throw Error("--out " + o.out.string() + ": cannot create the directory");
+  fs::remove_all(o.out / "failures", ec);  // the failures of an earlier run in the same place
+  FuzzOptions options = o;
+  if (options.ops.empty()) options.ops = all_ops();
+  const bool timed = options.seconds > 0 || options.cases <= 0;
+  if (timed && options.seconds <= 0) options.seconds = 60;
+  props::GenOptions gen;
+  gen.ops = options.ops;
+  std::atomic<std::int64_t> next{0}, done{0}, failing{0}, dirs{0};
+  const Clock::time_point start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.seconds));
+  std::vector<Worker> workers;
+  for (int j = 0; j < options.jobs; ++j)
+    workers.push_back(Worker{options, props::resolve_backend(options.backend), gen, next, done,
+                             failing, dirs, deadline, timed, {}});
+  std::vector<std::thread> threads;
+  for (Worker& w : workers) threads.emplace_back([&w] { w.run(); });
+  const double period = tty ? 0.25 : 5.0;
+  auto last = start;
+  while (done < (options.cases > 0 ? options.cases : INT64_MAX) && (!timed || Clock::now() < deadline)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::chrono::duration<double>(Clock::now() - last).count() < period) continue;
+    last = Clock::now();
+    show_progress(progress, tty, done, failing, std::chrono::duration<double>(last - start).count());
+  }
+  for (std::thread& t : threads) t.join();
+  FuzzStats stats;
+  for (const Worker& w : workers) stats.merge(w.stats);
+  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (tty) {
+    show_progress(progress, tty, stats.cases, stats.failing_cases, stats.seconds);
+    progress << "\n";
+  }
+  std::ofstream json(options.out / "fuzz.json");
+  json << to_json(stats, options).dump(1) << "\n";
+  if (!json) throw Error((options.out / "fuzz.json").string() + ": cannot write");
+  return stats;
+}
+
+}  // namespace mlarope::harness

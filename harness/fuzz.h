@@ -1,0 +1,71 @@
+// The fuzzer behind `mlarope fuzz`: random cases (properties/generators.h) through every check
+// until a time or case budget ends; counts, ulp histograms and failure directories in
+// DIR/fuzz.json and DIR/failures/.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "case_file.h"
+#include "checks.h"
+
+namespace mlarope::harness {
+
+/// What `mlarope fuzz` was asked to do.
+struct FuzzOptions {
+  double seconds = 0;        ///< stop after this many seconds (0: no time limit)
+  std::int64_t cases = 0;    ///< stop after this many cases (0: no count limit); both 0: 60 s
+  std::uint64_t seed = 1;    ///< case i is drawn from a seed derived from (seed, i)
+  std::string backend = "reference";
+  std::vector<Op> ops;       ///< empty: every op
+  std::filesystem::path out = "fuzz-out";
+  int size = 100;            ///< generator size (properties::kDefaultSize)
+  int jobs = 1;              ///< worker threads
+  std::int64_t max_failure_dirs = 20;  ///< failure directories written at most
+};
+
+/// One failing case.
+struct FuzzFailure {
+  std::int64_t index = 0;
+  std::uint64_t seed = 0;     ///< the seed random_spec drew it from
+  std::string description;    ///< props::describe of its spec
+  std::string dir;            ///< its case directory, relative to the output directory ("" if not written)
+  std::vector<std::pair<std::string, std::string>> checks;  ///< (check, message) that failed
+};
+
+/// What a fuzz run saw.
+struct FuzzStats {
+  std::int64_t cases = 0;
+  std::int64_t failing_cases = 0;
+  double seconds = 0;
+  std::map<std::string, std::map<std::string, std::int64_t>> counts;  ///< dimension -> value -> cases
+  std::map<std::string, std::array<std::int64_t, 3>> checks;          ///< check -> pass, fail, skip
+  std::map<std::string, UlpHistogram> ulps;                           ///< dtype -> value errors
+  std::vector<FuzzFailure> failures;
+
+  /// Add the counts of another worker.
+  void merge(const FuzzStats& other);
+  /// Cases per second.
+  double rate() const { return seconds > 0 ? static_cast<double>(cases) / seconds : 0.0; }
+};
+
+/// The fuzz.json document of a run.
+nlohmann::json to_json(const FuzzStats& stats, const FuzzOptions& options);
+/// The short summary printed at the end.
+std::string summary(const FuzzStats& stats, const FuzzOptions& options);
+
+/// The seed case `index` of a run with `seed` is drawn from.
+std::uint64_t case_seed(std::uint64_t seed, std::int64_t index);
+
+/// Run the fuzzer, showing progress on `progress` (one updating line when `tty`, else a line
+/// every few seconds); writes out/fuzz.json and out/failures/. Throws mlarope::Error on bad
+/// options or an unusable output directory.
+FuzzStats run_fuzz(const FuzzOptions& options, std::ostream& progress, bool tty);
+
+}  // namespace mlarope::harness

@@ -1,0 +1,84 @@
+// FuzzStats: merging, fuzz.json and the summary.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "fuzz.h"
+
+namespace mlarope::harness {
+
+void FuzzStats::merge(const FuzzStats& other) {
+  cases += other.cases;
+  failing_cases += other.failing_cases;
+  for (const auto& [dimension, values] : other.counts)
+    for (const auto& [value, n] : values) counts[dimension][value] += n;
+  for (const auto& [check, n] : other.checks)
+    for (int i = 0; i < 3; ++i) checks[check][i] += n[i];
+  for (const auto& [dtype, h] : other.ulps) ulps[dtype].merge(h);
+  failures.insert(failures.end(), other.failures.begin(), other.failures.end());
+  std::sort(failures.begin(), failures.end(),
+            [](const FuzzFailure& a, const FuzzFailure& b) { return a.index < b.index; });
+}
+
+nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
+  nlohmann::json j;
+  j["backend"] = o.backend;
+  j["seed"] = o.seed;
+  j["size"] = o.size;
+  j["jobs"] = o.jobs;
+  nlohmann::json ops = nlohmann::json::array();
+  for (Op op : o.ops) ops.push_back(to_string(op));
+  j["ops"] = ops;
+  j["seconds"] = s.seconds;
+  j["cases"] = s.cases;
+  j["cases_per_second"] = s.rate();
+  j["failing_cases"] = s.failing_cases;
+  j["counts"] = s.counts;
+  nlohmann::json checks;
+  for (const auto& [check, n] : s.checks) checks[check] = {{"pass", n[0]}, {"fail", n[1]}, {"skip", n[2]}};
+  j["checks"] = checks;
+  nlohmann::json ulps;
+  for (const auto& [dtype, h] : s.ulps) {
+    nlohmann::json buckets;
+    for (int i = 0; i < UlpHistogram::kBuckets; ++i) buckets[std::string(UlpHistogram::label(i))] = h.counts[i];
+    ulps[dtype] = {{"max_ulps", h.max_ulps}, {"buckets", buckets}};
+  }
+  j["ulp_histograms"] = ulps;
+  nlohmann::json failures = nlohmann::json::array();
+  for (const FuzzFailure& f : s.failures) {
+    nlohmann::json fc = nlohmann::json::array();
+    for (const auto& [check, message] : f.checks) fc.push_back({{"check", check}, {"message", message}});
+    failures.push_back({{"index", f.index}, {"seed", f.seed}, {"case", f.description},
+                        {"dir", f.dir}, {"checks", fc}});
+  }
+  j["failures"] = failures;
+  return j;
+}
+
+std::string summary(const FuzzStats& s, const FuzzOptions& o) {
+  std::ostringstream out;
+  char rate[96];
+  std::snprintf(rate, sizeof rate, "%.1f s (%.0f cases/s, %.0f cases/min)", s.seconds, s.rate(), 60 * s.rate());
+  out << "mlarope fuzz: " << s.cases << " cases in " << rate << " on backend " << o.backend
+      << ", seed " << o.seed << ", size " << o.size << "\n";
+  out << "  checks:";
+  for (const auto& [check, n] : s.checks)
+    out << " " << check << " " << n[0] << "/" << n[1] << "/" << n[2];
+  out << "  (pass/fail/skip)\n";
+  for (const auto& [dtype, h] : s.ulps) {
+    char line[64];
+    std::snprintf(line, sizeof line, "  %s: max %.3g ulp", dtype.c_str(), h.max_ulps);
+    out << line << "\n";
+  }
+  out << "  failing cases: " << s.failing_cases << "\n";
+  for (std::size_t i = 0; i < s.failures.size() && i < 5; ++i) {
+    const FuzzFailure& f = s.failures[i];
+    out << "    #" << f.index << " " << f.description << "\n";
+    for (const auto& [check, message] : f.checks) out << "      " << check << ": " << message << "\n";
+    if (!f.dir.empty()) out << "      -> " << (o.out / f.dir).string() << "\n";
+  }
+  out << "  wrote " << (o.out / "fuzz.json").string() << "\n";
+  return out.str();
+}
+
+}  // namespace mlarope::harness

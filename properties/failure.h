@@ -1,0 +1,28 @@
+// Every failure is a file (DESIGN.md rule 6): a failing case as a case directory (SPEC.md §7)
+// with its spec, its check options and what failed, and the command that replays it.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "case_spec.h"
+#include "checks.h"
+
+namespace mlarope::props {
+
+/// Where failures go: $MLAROPE_FAILURE_DIR, else <build dir>/failures.
+std::filesystem::path failure_root();
+
+/// The command that replays a failure directory: "<build>/mlarope check DIR --backend B", and
+/// the `run` command that writes its outputs.
+std::string replay_command(const std::filesystem::path& dir, const std::string& backend);
+
+/// Write `dir` afresh: the case files of `c`, spec.json (the spec and its data seed),
+/// checks.json (what `mlarope check` runs), report.txt (the results and `note`). Returns the
+/// replay command.
+std::string write_failure(const std::filesystem::path& dir, const CaseSpec& spec,
+                          const harness::Case& c, const harness::CheckOptions& options,
+                          const harness::CheckReport& report, const std::string& backend,
+                          const std::string& note = "");
+
+}  // namespace mlarope::props

@@ -1,0 +1,278 @@
+// The generators: independent fields first (gen::build), then the rows, which depend on the
+// dims through the element budget (gen::mapcat), then one normalization that makes the fields
+// consistent (in place only for rope ops, faults only where they exist, ...).
+#include "generators.h"
+
+#include <algorithm>
+
+namespace mlarope::props {
+namespace {
+
+namespace gen = rc::gen;
+using rc::Gen;
+using I = std::int64_t;
+
+// Uniform in [lo, hi] whatever the size; shrinks towards lo.
+Gen<I> uniform(I lo, I hi) { return gen::resize(100, gen::inRange<I>(lo, std::max(lo, hi) + 1)); }
+
+// Uniform in [lo, lo + (hi - lo) * size / 100] (sizes above 100 count as 100).
+Gen<I> scaled(I lo, I hi) {
+  return gen::withSize([lo, hi](int size) {
+    return uniform(lo, lo + (hi - lo) * std::min(size, 100) / 100);
+  });
+}
+
+// An index drawn with `weights`; shrinks towards index 0 (RapidCheck's element generators
+// do not shrink at all).
+Gen<I> weighted_index(std::vector<std::size_t> weights) {
+  std::vector<I> ends;
+  I total = 0;
+  for (std::size_t w : weights) ends.push_back(total += static_cast<I>(w));
+  return gen::map(uniform(0, total - 1), [ends](I r) {
+    return static_cast<I>(std::upper_bound(ends.begin(), ends.end(), r) - ends.begin());
+  });
+}
+
+// One of `choices` by weight; shrinks towards the first.
+template <class T>
+Gen<T> pick(std::vector<std::pair<std::size_t, T>> choices) {
+  std::vector<std::size_t> weights;
+  for (const auto& c : choices) weights.push_back(c.first);
+  return gen::map(weighted_index(weights), [choices](I i) { return choices[i].second; });
+}
+
+// One of `values`, uniformly; shrinks towards the first.
+template <class T>
+Gen<T> any_of(std::vector<T> values) {
+  return gen::map(uniform(0, static_cast<I>(values.size()) - 1), [values](I i) { return values[i]; });
+}
+
+// A value of one of `gens`, chosen by weight; shrinks the choice towards the first, then the value.
+template <class T>
+Gen<T> pick_gen(std::vector<std::pair<std::size_t, Gen<T>>> gens) {
+  std::vector<std::size_t> weights;
+  for (const auto& g : gens) weights.push_back(g.first);
+  return gen::mapcat(weighted_index(weights), [gens](I i) { return gens[i].second; });
+}
+
+Gen<bool> sometimes(std::size_t percent) { return pick<bool>({{100 - percent, false}, {percent, true}}); }
+
+Gen<I> heads() {
+  return pick_gen<I>({{40, any_of<I>({1, 3, 5, 7, 12, 20})},
+                                {40, scaled(1, 16)},
+                                {16, scaled(1, 128)},
+                                {4, gen::just<I>(0)}});
+}
+
+Gen<I> emb_dim() {
+  return pick_gen<I>({{30, any_of<I>({2, 6, 10, 50})},
+                                {40, gen::map(scaled(1, 128), [](I x) { return 2 * x; })},
+                                {30, gen::just<I>(64)}});
+}
+
+Gen<I> nope_dim() {
+  return pick_gen<I>({{20, gen::just<I>(0)},
+                                {45, scaled(0, 64)},
+                                {15, any_of<I>({16, 32, 64, 128})},
+                                {20, scaled(0, 256)}});
+}
+
+Gen<I> kv_dim() {
+  return pick_gen<I>({{15, gen::just<I>(0)},
+                                {50, scaled(0, 64)},
+                                {15, any_of<I>({64, 128})},
+                                {20, scaled(0, 256)}});
+}
+
+Gen<I> cp_size(const std::vector<I>& sizes) {
+  std::vector<I> others;
+  for (I s : sizes)
+    if (s != 1) others.push_back(s);
+  const bool has_one = others.size() < sizes.size();
+  if (others.empty()) return gen::just<I>(1);
+  if (!has_one) return any_of(others);
+  return pick_gen<I>({{50, gen::just<I>(1)}, {50, any_of(others)}});
+}
+
+Gen<I> gap() {
+  return pick_gen<I>({{50, gen::just<I>(0)}, {35, uniform(1, 4)}, {15, uniform(16, 64)}});
+}
+
+Gen<harness::LayoutPlan> plan(bool broadcast) {
+  return gen::build<harness::LayoutPlan>(
+      gen::set(&harness::LayoutPlan::head_gap, gap()), gen::set(&harness::LayoutPlan::row_gap, gap()),
+      gen::set(&harness::LayoutPlan::table_gap,
+               pick_gen<I>({{60, gen::just<I>(0)}, {40, uniform(1, 8)}})),
+      gen::set(&harness::LayoutPlan::misalign, sometimes(20)),
+      gen::set(&harness::LayoutPlan::broadcast_heads, broadcast ? sometimes(15) : gen::just(false)));
+}
+
+Gen<PairLayout> pair_layout() { return any_of<PairLayout>({PairLayout::interleaved, PairLayout::half}); }
+
+Gen<DType> dtype() { return any_of<DType>({DType::f32, DType::bf16, DType::f16}); }
+
+Gen<CaseSpec> head(const GenOptions& o) {
+  return gen::build<CaseSpec>(
+      gen::set(&CaseSpec::op, any_of(o.ops)),
+      gen::set(&CaseSpec::layout, any_of(o.layouts)),
+      gen::set(&CaseSpec::dtype, dtype()),
+      gen::set(&CaseSpec::table_dtype,
+               pick<DType>({{60, DType::f32}, {20, DType::bf16}, {20, DType::f16}})),
+      gen::set(&CaseSpec::heads, heads()), gen::set(&CaseSpec::nope_dim, nope_dim()),
+      gen::set(&CaseSpec::emb_dim, emb_dim()), gen::set(&CaseSpec::k_dim, kv_dim()),
+      gen::set(&CaseSpec::v_dim, kv_dim()), gen::set(&CaseSpec::cp_size, cp_size(o.cp_sizes)),
+      gen::set(&CaseSpec::freq_mode, any_of<FreqMode>({FreqMode::per_sequence, FreqMode::packed})),
+      gen::set(&CaseSpec::position_ids, sometimes(20)),
+      gen::set(&CaseSpec::position_ids_type, any_of<IndexType>({IndexType::i32, IndexType::i64})),
+      gen::set(&CaseSpec::seq_offsets, sometimes(20)),
+      gen::set(&CaseSpec::max_seqlen_known, pick<bool>({{70, true}, {30, false}})),
+      gen::set(&CaseSpec::fault,
+               pick<MetadataFault>({{85, MetadataFault::none},
+                                                    {4, MetadataFault::bad_length},
+                                                    {4, MetadataFault::decreasing},
+                                                    {3, MetadataFault::too_long},
+                                                    {4, MetadataFault::row_outside_table}})),
+      gen::set(&CaseSpec::extra_table_rows,
+               pick_gen<I>({{50, gen::just<I>(0)}, {50, uniform(1, 7)}})),
+      gen::set(&CaseSpec::table_rank4, sometimes(15)),
+      gen::set(&CaseSpec::in_layout, pair_layout()), gen::set(&CaseSpec::out_layout, pair_layout()),
+      gen::set(&CaseSpec::table_layout, pair_layout()),
+      gen::set(&CaseSpec::inverse, any_of<bool>({false, true})),
+      gen::set(&CaseSpec::in_place, sometimes(35)),
+      gen::set(&CaseSpec::table_kind, any_of(o.table_kinds)),
+      gen::set(&CaseSpec::mscale, any_of<double>({0.5, 0.75, 1.5, 2.0})),
+      gen::set(&CaseSpec::yarn_scaling, pick<double>({{60, 1.0}, {20, 4.0}, {20, 40.0}})),
+      gen::set(&CaseSpec::table_offset,
+               pick_gen<I>({{30, gen::just<I>(0)}, {70, uniform(1, 100000)}})),
+      gen::set(&CaseSpec::values,
+               pick<Values>({{55, Values::normal},
+                                             {10, Values::large},
+                                             {10, Values::tiny},
+                                             {10, Values::signed_zeros},
+                                             {15, Values::cancelling}})),
+      gen::set(&CaseSpec::plan, plan(o.broadcast)),
+      gen::set(&CaseSpec::data_seed, gen::noShrink(gen::resize(100, gen::arbitrary<std::uint64_t>()))));
+}
+
+// The row structure, drawn after the dims.
+struct Rows {
+  I seq = 0, batch = 1;
+  std::vector<I> units;  // THD: sequence lengths in units of 2 * cp_size (or 1)
+  I padding = 0;
+  I cp_rank = 0;
+};
+
+// Rows a case may have: an element budget of 256 + 40 * size per tensor, at most 2 + 0.3 size.
+I max_rows(const CaseSpec& s, int size) {
+  const bool rope = s.op == Op::rope || s.op == Op::rope_backward;
+  const I widest = rope ? s.nope_dim + s.emb_dim : std::max(s.k_dim + s.v_dim, s.k_dim + s.emb_dim);
+  const I per_row = std::max<I>(1, s.heads) * std::max<I>(1, widest);
+  const I budget = 256 + 40 * static_cast<I>(std::max(size, 0));
+  return std::clamp<I>(budget / per_row, 1, 2 + 3 * static_cast<I>(std::max(size, 0)) / 10);
+}
+
+Gen<std::vector<I>> sequences(I rows) {
+  const Gen<I> unit = pick_gen<I>({{15, gen::just<I>(0)}, {85, uniform(1, rows)}});
+  return pick_gen<std::vector<I>>(
+      {{10, gen::just(std::vector<I>{})},
+       {25, gen::container<std::vector<I>>(1, unit)},
+       {40, gen::mapcat(uniform(2, 6), [unit](I n) { return gen::container<std::vector<I>>(n, unit); })},
+       {25, gen::mapcat(uniform(8, 32),
+                        [](I n) {
+                          return gen::container<std::vector<I>>(
+                              n, pick<I>({{30, 0}, {70, 1}}));
+                        })}});
+}
+
+Gen<Rows> rows(const CaseSpec& s, I limit, bool batch_one) {
+  const bool sbhd = s.layout == TokenLayout::sbhd;
+  return gen::build<Rows>(
+      gen::set(&Rows::seq, sbhd ? pick_gen<I>({{4, gen::just<I>(0)}, {8, gen::just<I>(1)},
+                                                         {88, uniform(0, limit)}})
+                                : gen::just<I>(0)),
+      gen::set(&Rows::batch, sbhd && !batch_one ? pick<I>({{4, 0}, {60, 1}, {20, 2}, {8, 3}, {8, 4}})
+                                                : gen::just<I>(1)),
+      gen::set(&Rows::units, sbhd ? gen::just(std::vector<I>{}) : sequences(limit)),
+      gen::set(&Rows::padding, sbhd ? gen::just<I>(0)
+                                    : pick<I>({{60, 0}, {15, 1}, {10, 2}, {10, 3}, {5, 7}})),
+      gen::set(&Rows::cp_rank, uniform(0, s.cp_size - 1)));
+}
+
+void finish_sbhd(CaseSpec& s, const Rows& r, I limit) {
+  s.batch = r.batch;
+  s.seq = std::min(r.seq, limit / std::max<I>(1, r.batch));
+  if (s.cp_size > 1) s.seq -= s.seq % 2;
+  s.seq_lengths.clear();
+  s.padding_rows = 0;
+  s.freq_mode = FreqMode::per_sequence;
+  s.position_ids = false;
+  s.max_seqlen_known = false;
+}
+
+void finish_thd(CaseSpec& s, const Rows& r, I limit) {
+  const I local_unit = s.cp_size > 1 ? 2 : 1;
+  s.padding_rows = std::min(r.padding, limit);
+  I room = limit - s.padding_rows;
+  s.seq_lengths.clear();
+  for (I units : r.units) {
+    units = std::min(units, room / local_unit);
+    s.seq_lengths.push_back(units * local_unit * s.cp_size);
+    room -= units * local_unit;
+  }
+  s.seq = s.batch = 1;
+}
+
+// Make the fields of a drawn spec agree with each other and with the options.
+CaseSpec finish(CaseSpec s, const Rows& r, const GenOptions& o, I limit) {
+  const bool rope = s.op == Op::rope || s.op == Op::rope_backward;
+  if (rope) s.k_dim = s.v_dim = 0;
+  else s.nope_dim = 0;
+  s.in_place = s.in_place && rope && o.in_place;
+  if (o.triple) {
+    s.in_layout = o.triple->in_layout;
+    s.out_layout = o.triple->out_layout;
+    s.table_layout = o.triple->table_layout;
+  }
+  s.cp_rank = r.cp_rank % s.cp_size;
+  s.position_ids = s.position_ids && o.position_ids;
+  s.seq_offsets = s.seq_offsets && o.seq_offsets;
+  const bool thd = s.layout == TokenLayout::thd;
+  if (thd) finish_thd(s, r, limit);
+  else finish_sbhd(s, r, limit);
+  const bool sequences = thd && !s.seq_lengths.empty();
+  switch (s.fault) {
+    case MetadataFault::none: break;
+    case MetadataFault::bad_length: if (!sequences || s.cp_size == 1) s.fault = MetadataFault::none; break;
+    case MetadataFault::decreasing:
+    case MetadataFault::too_long: if (!sequences) s.fault = MetadataFault::none; break;
+    case MetadataFault::row_outside_table:
+      if (!s.position_ids && !s.seq_offsets && o.seq_offsets) s.seq_offsets = true;
+      if (!s.position_ids && !s.seq_offsets) s.fault = MetadataFault::none;
+      break;
+  }
+  if (!o.faults) s.fault = MetadataFault::none;
+  if (s.table_kind != TableKind::mscale) s.mscale = 1.0;
+  if (s.table_kind == TableKind::random) s.yarn_scaling = 1.0, s.table_offset = 0;
+  if (s.in_place || !o.broadcast) s.plan.broadcast_heads = false;
+  return s;
+}
+
+}  // namespace
+
+rc::Gen<CaseSpec> case_spec(const GenOptions& o) {
+  return gen::mapcat(head(o), [o](CaseSpec h) {
+    h.heads = std::max(h.heads, o.min_heads);
+    return gen::withSize([o, h](int size) {
+      const I limit = max_rows(h, size);
+      return gen::map(rows(h, limit, o.batch_one), [o, h, limit](const Rows& r) { return finish(h, r, o, limit); });
+    });
+  });
+}
+
+CaseSpec random_spec(std::uint64_t seed, int size) { return random_spec(seed, size, GenOptions{}); }
+
+CaseSpec random_spec(std::uint64_t seed, int size, const GenOptions& options) {
+  return case_spec(options)(rc::Random(seed), size).value();
+}
+
+}  // namespace mlarope::props

@@ -1,0 +1,47 @@
+// RapidCheck generators of CaseSpec (shrinking on the description, not on tensor data), and a
+// plain seeded generator for the fuzzer.
+#pragma once
+
+#include <rapidcheck.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "case_spec.h"
+#include "mlarope/megatron.h"
+
+namespace mlarope::props {
+
+/// The size at which the generators give the distributions of issue 4 (RapidCheck's sizes
+/// run 0..100); larger sizes allow more rows per case, not larger dims.
+inline constexpr int kDefaultSize = 100;
+
+/// What the generated cases may contain.
+struct GenOptions {
+  std::vector<Op> ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
+  std::vector<TokenLayout> layouts = {TokenLayout::sbhd, TokenLayout::thd};
+  std::vector<std::int64_t> cp_sizes = {1, 2, 3, 4, 8};  ///< 1 is drawn half of the time
+  std::vector<TableKind> table_kinds = {TableKind::unit, TableKind::mscale, TableKind::random};
+  std::optional<LayoutTriple> triple;  ///< fixed layouts; any when empty
+  bool in_place = true;       ///< rope ops may be in place
+  bool position_ids = true;   ///< THD may have position ids
+  bool seq_offsets = true;    ///< may have seq_offsets
+  bool faults = true;         ///< may have invalid device metadata
+  bool batch_one = false;     ///< SBHD with B = 1 only
+  bool broadcast = true;      ///< the layout plan may broadcast heads
+  std::int64_t min_heads = 0; ///< at least this many heads (the element budget still holds)
+};
+
+/// Cases of `options`: heads 1..128 (1, 3, 5, 7, 12, 20 and 0 often), nope 0..256, emb even
+/// 2..256 (64, 2, 6, 10, 50 often), k/v 0..256, SBHD or THD with zero-length, single and many
+/// short sequences and padding rows, CP sizes and ranks, layouts, tables, value distributions,
+/// gaps; rows limited by an element budget that grows with the size.
+rc::Gen<CaseSpec> case_spec(const GenOptions& options = {});
+
+/// One spec drawn from `seed` at `size`, outside RapidCheck (the fuzzer's generator).
+CaseSpec random_spec(std::uint64_t seed, int size);
+/// The same, restricted by `options`.
+CaseSpec random_spec(std::uint64_t seed, int size, const GenOptions& options);
+
+}  // namespace mlarope::props

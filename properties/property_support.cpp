@@ -1,0 +1,102 @@
+#include "property_support.h"
+
+#include <algorithm>
+
+#include "broken_backends.h"
+#include "case_run.h"
+#include "failure.h"
+#include "mlarope/error.h"
+
+namespace mlarope::props {
+namespace fs = std::filesystem;
+
+const harness::Backend& backend_under_test() {
+  static const harness::Backend backend = [] {
+    const char* env = std::getenv("MLAROPE_BACKEND");
+    std::string name = env && *env ? env : "";
+    if (name.empty()) {
+      const auto names = harness::backend_names();
+      name = std::find(names.begin(), names.end(), "host") != names.end() ? "host" : "reference";
+    }
+    return resolve_backend(name);
+  }();
+  return backend;
+}
+
+std::uint64_t property_seed(const std::string& test_id) {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (char ch : test_id) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001B3ull;
+  return h;
+}
+
+rc::detail::TestParams property_params(const std::string& test_id, int cases) {
+  rc::detail::TestParams p = rc::detail::configuration().testParams;
+  const char* env = std::getenv("RC_PARAMS");
+  const std::string given = env ? env : "";
+  if (given.find("seed=") == std::string::npos) p.seed = property_seed(test_id);
+  if (given.find("max_success=") == std::string::npos) {
+    const char* scale = std::getenv("MLAROPE_PROPERTY_SCALE");
+    p.maxSuccess = std::max(1, static_cast<int>(cases * (scale ? std::atof(scale) : 1.0)));
+  }
+  if (given.find("max_size=") == std::string::npos) p.maxSize = 100;
+  return p;
+}
+
+namespace {
+
+fs::path failure_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "property";
+  std::replace(name.begin(), name.end(), '/', '.');
+  return failure_root() / name;
+}
+
+std::string write_or_explain(const CaseSpec& spec, const harness::Case& c,
+                             const harness::CheckOptions& options, const harness::CheckReport& report,
+                             const std::string& note, const std::string& backend) {
+  const fs::path dir = failure_dir();
+  try {
+    return "case written to " + dir.string() + "; replay: " +
+           write_failure(dir, spec, c, options, report, backend, note);
+  } catch (const std::exception& e) {
+    return "could not write " + dir.string() + ": " + e.what();
+  }
+}
+
+}  // namespace
+
+void require_checks_pass(const CaseSpec& spec, const harness::Case& c,
+                         const harness::CheckOptions& options, const harness::CheckReport& report,
+                         const harness::Backend& backend) {
+  if (report.ok()) return;
+  std::string message = describe(spec) + "\nbackend " + backend.name + "\n";
+  for (const harness::CheckResult* r : report.failures()) message += harness::format_result(*r) + "\n";
+  message += write_or_explain(spec, c, options, report, "", backend.name);
+  RC_FAIL(message);
+}
+
+void require_case_passes(const CaseSpec& spec, const std::vector<harness::CheckKind>& checks) {
+  require_case_passes(spec, checks, backend_under_test());
+}
+
+void require_case_passes(const CaseSpec& spec, const std::vector<harness::CheckKind>& checks,
+                         const harness::Backend& backend) {
+  const harness::Case c = materialize(spec);
+  harness::CheckOptions options = check_options(spec);
+  options.checks = checks;
+  harness::CheckReport report;
+  try {
+    report = harness::run_checks(c, backend, options);
+  } catch (const Error& e) {
+    fail_with_case(spec, c, e.what());
+  }
+  require_checks_pass(spec, c, options, report, backend);
+}
+
+void fail_with_case(const CaseSpec& spec, const harness::Case& c, const std::string& message) {
+  const std::string where =
+      write_or_explain(spec, c, check_options(spec), {}, message, backend_under_test().name);
+  RC_FAIL(describe(spec) + "\n" + message + "\n" + where);
+}
+
+}  // namespace mlarope::props
