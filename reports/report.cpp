@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -52,7 +53,7 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>>
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> out;
   if (!j.contains("counts") || !j["counts"].is_object()) return out;
   for (const auto& [category, values] : j["counts"].items()) {
-    if (!values.is_object()) continue;
+    if (!values.is_object() || category == "matrix") continue;
     std::vector<std::pair<std::string, double>> rows;
     for (const auto& [value, count] : values.items())
       if (count.is_number()) rows.push_back({value, count.get<double>()});
@@ -87,6 +88,15 @@ std::vector<std::string> fuzz_failures(const json& j) {
   return lines;
 }
 
+// Where a histogram bucket label ("0", "(0.5,1]", ">16", "non-finite") sorts: by its lower bound.
+double bucket_order(const std::string& label) {
+  if (label == "non-finite") return 1e300;
+  if (label.empty()) return 0;
+  if (label[0] == '>') return std::atof(label.c_str() + 1) + 0.5;
+  if (label[0] == '(' || label[0] == '[') return std::atof(label.c_str() + 1) + 0.25;
+  return std::atof(label.c_str());
+}
+
 // Histograms of a fuzz.json ("ulp_histograms": {dtype: {label: count}} or {"edges", "counts"}).
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> fuzz_histograms(
     const json& j) {
@@ -102,12 +112,66 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>>
                                           : std::to_string(i),
                         h["counts"][i].get<double>()});
     } else if (h.is_object()) {
-      for (const auto& [label, count] : h.items())
+      const json& buckets = h.contains("buckets") && h["buckets"].is_object() ? h["buckets"] : h;
+      for (const auto& [label, count] : buckets.items())
         if (count.is_number()) bins.push_back({label, count.get<double>()});
+      std::sort(bins.begin(), bins.end(), [](const auto& a, const auto& b) {
+        return bucket_order(a.first) < bucket_order(b.first);
+      });
     }
     out.push_back({dtype, bins});
   }
   return out;
+}
+
+// The joint coverage matrix of fuzz.json ("op;layout;dtype;triple;cp" -> cases) as a table:
+// rows op/layout/dtype, columns layout triple, cells cases summed over CP sizes (the CP split
+// in the cell's tooltip), then a row of cases per CP size.
+std::string coverage_matrix_html(const json& j) {
+  if (!j.contains("counts") || !j["counts"].contains("matrix")) return "";
+  std::map<std::string, std::map<std::string, std::map<std::string, long long>>> cells;
+  std::set<std::string> triples;
+  for (const auto& [key, count] : j["counts"]["matrix"].items()) {
+    std::vector<std::string> parts;
+    std::stringstream k(key);
+    for (std::string part; std::getline(k, part, ';');) parts.push_back(part);
+    if (parts.size() != 5 || !count.is_number()) continue;
+    cells[parts[0] + " " + parts[1] + " " + parts[2]][parts[3]][parts[4]] += count.get<long long>();
+    triples.insert(parts[3]);
+  }
+  std::ostringstream h;
+  h << "<h3>Coverage matrix: cases per op, layout, dtype (rows) and layout triple in/out/table "
+       "(columns); hover a cell for its split by CP size</h3><table><tr><th>op layout dtype</th>";
+  for (const std::string& t : triples) h << "<th>" << escape(t) << "</th>";
+  h << "</tr>\n";
+  for (const auto& [row, by_triple] : cells) {
+    h << "<tr><td>" << escape(row) << "</td>";
+    for (const std::string& t : triples) {
+      long long total = 0;
+      std::string split;
+      const auto it = by_triple.find(t);
+      if (it != by_triple.end())
+        for (const auto& [cp, n] : it->second) total += n, split += "cp " + cp + ": " + std::to_string(n) + "  ";
+      h << "<td title='" << escape(split) << "'" << (total == 0 ? " style='background:#fdd'" : "") << ">"
+        << total << "</td>";
+    }
+    h << "</tr>\n";
+  }
+  h << "</table>\n";
+  return h.str();
+}
+
+// Pass / fail / skip of each check.
+std::string checks_html(const json& j) {
+  if (!j.contains("checks") || !j["checks"].is_object()) return "";
+  std::ostringstream h;
+  h << "<h3>Checks</h3><table><tr><th>check</th><th>pass</th><th>fail</th><th>skip</th></tr>";
+  for (const auto& [name, c] : j["checks"].items())
+    h << "<tr><td>" << escape(name) << "</td><td>" << c.value("pass", 0) << "</td><td"
+      << (c.value("fail", 0) ? " class='fail'" : "") << ">" << c.value("fail", 0) << "</td><td>"
+      << c.value("skip", 0) << "</td></tr>";
+  h << "</table>\n";
+  return h.str();
 }
 
 }  // namespace
@@ -235,6 +299,7 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
       for (const std::string& line : failures) h << "<li><code>" << escape(line) << "</code></li>";
       h << "</ul>\n";
     }
+    h << checks_html(f.json) << coverage_matrix_html(f.json);
     const auto counts = fuzz_counts(f.json);
     if (!counts.empty()) {
       h << "<h3>Coverage: cases per value</h3><div style='display:flex;flex-wrap:wrap;gap:16px'>";
@@ -251,7 +316,7 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
       Series s{"elements", {}};
       for (const auto& [label, count] : bins) labels.push_back(label), s.values.push_back(count);
       h << bar_chart("Error vs reference, " + dtype + " outputs", labels, {s}, "error (ulp of the output dtype)",
-                     "elements");
+                     "elements (log scale)", 0, true);
     }
   }
   if (!bench.empty()) {

@@ -45,26 +45,30 @@ std::string escape(const std::string& text) {
 
 std::string bar_chart(const std::string& title, const std::vector<std::string>& categories,
                       const std::vector<Series>& series, const std::string& x_label,
-                      const std::string& y_label, double reference_line) {
-  const double left = 70, right = 20, top = 40, bottom = 150;
+                      const std::string& y_label, double reference_line, bool log_scale) {
+  const double left = 70, right = 20, top = 56, bottom = 150;
   const double group_width = std::max(40.0, 18.0 * series.size() + 16);
-  const double plot_w = group_width * std::max<std::size_t>(1, categories.size());
+  const double plot_w = std::max(380.0, group_width * std::max<std::size_t>(1, categories.size()));
   const double plot_h = 220, width = left + plot_w + right, height = top + plot_h + bottom;
+  auto scaled = [&](double v) { return log_scale ? std::log10(1 + std::max(0.0, v)) : v; };
   double max_value = reference_line;
   for (const Series& s : series)
     for (double v : s.values)
-      if (std::isfinite(v)) max_value = std::max(max_value, v);
-  const auto [axis_max, step] = axis_scale(max_value);
-  auto y_of = [&](double v) { return top + plot_h - plot_h * v / axis_max; };
+      if (std::isfinite(v)) max_value = std::max(max_value, scaled(v));
+  auto [axis_max, step] = axis_scale(max_value);
+  if (log_scale) axis_max = std::max(1.0, std::ceil(max_value)), step = 1;
+  auto y_of = [&](double v) { return top + plot_h - plot_h * scaled(v) / axis_max; };
+  auto y_of_axis = [&](double a) { return top + plot_h - plot_h * a / axis_max; };
 
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
       << "' font-family='sans-serif' font-size='11'>\n";
   svg << "<text x='" << left << "' y='20' font-size='14' font-weight='bold'>" << escape(title) << "</text>\n";
-  for (double v = 0; v <= axis_max + 1e-12; v += step) {  // grid and tick labels
-    svg << "<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << y_of(v) << "' y2='" << y_of(v)
-        << "' stroke='#ddd'/>\n<text x='" << left - 6 << "' y='" << y_of(v) + 4
-        << "' text-anchor='end'>" << number(v) << "</text>\n";
+  for (double a = 0; a <= axis_max + 1e-12; a += step) {  // grid and tick labels
+    const std::string label = log_scale ? (a == 0 ? "0" : "1e" + number(a)) : number(a);
+    svg << "<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << y_of_axis(a) << "' y2='"
+        << y_of_axis(a) << "' stroke='#ddd'/>\n<text x='" << left - 6 << "' y='" << y_of_axis(a) + 4
+        << "' text-anchor='end'>" << label << "</text>\n";
   }
   if (reference_line > 0)
     svg << "<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << y_of(reference_line)
@@ -90,10 +94,10 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
       << escape(y_label) << "</text>\n";
   svg << "<text x='" << left + plot_w / 2 << "' y='" << height - 8 << "' text-anchor='middle'>"
       << escape(x_label) << "</text>\n";
-  for (std::size_t s = 0; s < series.size(); ++s) {  // legend
-    const double x = left + 200 + s * 110;
-    svg << "<rect x='" << x << "' y='10' width='12' height='12' fill='" << kColors[s % 6]
-        << "'/><text x='" << x + 16 << "' y='20'>" << escape(series[s].name) << "</text>\n";
+  for (std::size_t s = 0; s < series.size(); ++s) {  // legend, under the title
+    const double x = left + s * 110;
+    svg << "<rect x='" << x << "' y='30' width='12' height='12' fill='" << kColors[s % 6]
+        << "'/><text x='" << x + 16 << "' y='40'>" << escape(series[s].name) << "</text>\n";
   }
   svg << "</svg>\n";
   return svg.str();

@@ -13,10 +13,12 @@ struct Series {
 };
 
 /// A grouped bar chart: categories along x, one bar per series, a labelled y axis with ticks.
-/// `reference_line` > 0 draws a dashed horizontal line there (e.g. 1.0 = the copy floor).
+/// `reference_line` > 0 draws a dashed horizontal line there (e.g. 1.0 = the copy floor);
+/// `log_scale` plots log10(1 + value) with decade ticks (for counts spanning decades).
 std::string bar_chart(const std::string& title, const std::vector<std::string>& categories,
                       const std::vector<Series>& series, const std::string& x_label,
-                      const std::string& y_label, double reference_line = 0);
+                      const std::string& y_label, double reference_line = 0,
+                      bool log_scale = false);
 
 /// Escape text for HTML and SVG.
 std::string escape(const std::string& text);
