@@ -34,6 +34,7 @@ void Stream::synchronize() { impl_->synchronize(); }
 void Stream::begin_capture() { impl_->begin_capture(); }
 Graph Stream::end_capture() { return Graph(impl_->end_capture(), impl_->kind()); }
 bool Stream::capturing() const { return impl_->capturing(); }
+void* Stream::native_handle() const { return impl_->native_handle(); }
 
 Graph::Graph(std::unique_ptr<detail::GraphImpl> impl, BackendKind kind)
     : impl_(std::move(impl)), kind_(kind) {}

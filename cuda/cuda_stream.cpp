@@ -59,6 +59,7 @@ class CudaStream final : public StreamImpl {
   }
   std::unique_ptr<GraphImpl> end_capture() override;
   bool capturing() const override { return capturing_; }
+  void* native_handle() const override { return static_cast<void*>(stream_); }
 
   /// The CUDA stream.
   cudaStream_t stream() const { return stream_; }

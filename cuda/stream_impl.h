@@ -53,6 +53,8 @@ class StreamImpl {
   virtual std::unique_ptr<GraphImpl> end_capture() = 0;
   /// True between begin_capture and end_capture.
   virtual bool capturing() const = 0;
+  /// The native stream (CUDA: the cudaStream_t); nullptr where there is none (host backend).
+  virtual void* native_handle() const { return nullptr; }
 };
 
 }  // namespace mlarope::detail

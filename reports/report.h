@@ -39,9 +39,10 @@ struct GateResult {
   bool ok() const { return regressions.empty(); }
 };
 
-/// Compare floor fractions with a baseline ({"threshold": x, "floor_fraction": {key: f}}).
+/// Compare floor fractions with a baseline ({"threshold": x, "floor_fraction": {key: f}});
+/// of repeated results of one benchmark the best counts.
 GateResult check_baseline(const std::vector<BenchResult>& results, const nlohmann::json& baseline);
-/// A baseline of the results of one backend (all backends when empty).
+/// A baseline of the results of one backend (all backends when empty), best of repetitions.
 nlohmann::json make_baseline(const std::vector<BenchResult>& results, const std::string& backend,
                              double threshold);
 

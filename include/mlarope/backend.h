@@ -68,6 +68,9 @@ class Stream {
   Graph end_capture();
   /// True between begin_capture and end_capture.
   bool capturing() const;
+  /// The backend's native stream, for interop such as timing with CUDA events: the
+  /// cudaStream_t of a CUDA stream, nullptr for a host stream. The Stream keeps ownership.
+  void* native_handle() const;
 
   /// The backend implementation (library internal).
   detail::StreamImpl& impl() { return *impl_; }

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# After the tests: a short fuzz of every op, the benchmark smoke set, and the report with the
+# regression gate against bench/baseline_host.json; prints the Markdown summary.
+# Usage: ci/ci-extra.sh [BUILD_DIR] [OUT_DIR]. FUZZ_SECONDS (default 60) sets the fuzz budget.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=${2:-out/ci}
+rm -rf "$out" && mkdir -p "$out"
+echo "ci: fuzz, ${FUZZ_SECONDS:-60} s on the host backend"
+"$build/mlarope" fuzz --seconds "${FUZZ_SECONDS:-60}" --backend host --jobs "$(nproc)" --out "$out/fuzz" | tail -n 12
+echo "ci: benchmark smoke set"
+"$build/mlarope_bench" --benchmark_min_time=0.1 --benchmark_repetitions=3 \
+  --benchmark_out="$out/bench.json" --benchmark_out_format=json >"$out/bench.txt"
+echo "ci: report and regression gate"
+"$build/mlarope" report "$out/fuzz/fuzz.json" "$out/bench.json" --out "$out/report" \
+  --baseline bench/baseline_host.json
