@@ -6,6 +6,7 @@
 #include "yarn_kernels.h"
 
 namespace mlarope::host {
+MLAROPE_FAULT_NAMESPACE_BEGIN
 namespace {
 
 using namespace mlarope::kernels;
@@ -61,6 +62,14 @@ struct PickKvBackward {
 }  // namespace
 
 void run(const HostExecutor& e, const detail::RopeLaunch& l) {
+#if defined(MLAROPE_FAULT_INJECTION)
+  // KernelFault::slow: rope out of place runs its whole grid kSlowRepeats times (the same
+  // result). The whole grid, not a loop inside a block: a block's rows stay in cache, so
+  // repeating them there costs little on a memory-bound kernel.
+  if (MLAROPE_FAULT(slow) && !l.args.in_place)
+    for (int repeat = 1; repeat < ::mlarope::fault_injection::kSlowRepeats; ++repeat)
+      launch(e, l.grid, by_dtype<PickRope>(l.dtype, l.variant), l.args);
+#endif
   launch(e, l.grid, by_dtype<PickRope>(l.dtype, l.variant), l.args);
 }
 
@@ -80,4 +89,5 @@ void run(const HostExecutor& e, const detail::CuSeqlensCheckLaunch& l) {
   launch(e, l.grid, &cu_seqlens_check_body, l.args);
 }
 
+MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::host

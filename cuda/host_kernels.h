@@ -2,10 +2,12 @@
 // function per launch descriptor, mapping (dtype, variant) to a body instantiation.
 #pragma once
 
+#include "fault_injection.h"
 #include "host_executor.h"
 #include "launches.h"
 
 namespace mlarope::host {
+MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// Run one launch on `executor` (returns when every block ran).
 void run(const HostExecutor& executor, const detail::RopeLaunch& l);
@@ -14,4 +16,5 @@ void run(const HostExecutor& executor, const detail::KvSplitBackwardLaunch& l);
 void run(const HostExecutor& executor, const detail::YarnLaunch& l);
 void run(const HostExecutor& executor, const detail::CuSeqlensCheckLaunch& l);
 
+MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::host

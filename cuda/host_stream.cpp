@@ -5,6 +5,7 @@
 #include "mlarope/error.h"
 
 namespace mlarope::host {
+MLAROPE_FAULT_NAMESPACE_BEGIN
 
 HostStream::HostStream(const HostStreamOptions& options)
     : executor_(options.seed, options.threads), scratch_(std::make_unique<Scratch>()) {}
@@ -63,4 +64,5 @@ void HostGraph::replay(detail::StreamImpl& stream) {
   for (const HostStream::Operation& op : operations_) host->submit(op);
 }
 
+MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::host

@@ -7,10 +7,12 @@
 #include <memory>
 #include <vector>
 
+#include "fault_injection.h"
 #include "host_executor.h"
 #include "stream_impl.h"
 
 namespace mlarope::host {
+MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// A host-backend stream.
 class HostStream final : public detail::StreamImpl {
@@ -61,4 +63,5 @@ class HostGraph final : public detail::GraphImpl {
   std::vector<HostStream::Operation> operations_;
 };
 
+MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::host

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "fault_injection.h"
 #include "freq_row.h"
 #include "kernel_args.h"
 #include "pair_rotation.h"
@@ -13,6 +14,7 @@
 #include "segment_copy.h"
 
 namespace mlarope::kernels {
+MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// key[..., :k] = kv[..., :k] and value = kv[..., k:] for every head of one row.
 template <class T>
@@ -121,4 +123,5 @@ MLAROPE_HD inline void kv_split_backward_body(const KvSplitBackwardKernelArgs& a
   }
 }
 
+MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::kernels

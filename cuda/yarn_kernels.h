@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "fault_injection.h"
 #include "kernel_args.h"
 #include "pair_rotation.h"
 #include "portability.h"
 
 namespace mlarope::kernels {
+MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// YaRN inverse frequency of pair i: the interpolated (1 / (s * base^(2i/d))) and the
 /// extrapolated (1 / base^(2i/d)) frequencies blended by the linear ramp over [low, high].
@@ -57,4 +59,5 @@ MLAROPE_HD inline void yarn_tables_body(const YarnKernelArgs& a, const GridCoord
   }
 }
 
+MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::kernels

@@ -1,0 +1,62 @@
+// The host backend with one deliberately wrong kernel behaviour (test builds only: the library
+// mlarope_host_faulty, the kernel bodies compiled with MLAROPE_FAULT_INJECTION). It takes the
+// same path as mlarope::rope & co on a host stream (validate, launch builder, dispatcher,
+// cu_seqlens check, grid executor, graph capture), with the faulty kernel instantiations; with
+// KernelFault::none it computes what the production host backend computes.
+//
+// Symbols: the faulty kernel bodies and the faulty HostStream live in the inline namespaces
+// mlarope::kernels::faulty and mlarope::host::faulty (fault_injection.h), so this library
+// links into a binary that also has mlarope_host (the harness does) without an ODR clash; the
+// launch builder, dispatcher, validation and executor are mlarope_host's own.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "kernel_faults.h"
+#include "mlarope/ops.h"
+
+namespace mlarope::detail {
+class StreamImpl;
+}  // namespace mlarope::detail
+
+namespace mlarope::fault_injection {
+
+/// A synchronous host stream whose kernels apply `fault`. Not thread safe: the fault selector
+/// is one global, set for the duration of each call (and each replay).
+class FaultyHostStream {
+ public:
+  /// A stream applying `fault`, drawing block and thread orders from `order_seed`, on
+  /// `threads` workers (0: all hardware threads).
+  explicit FaultyHostStream(KernelFault fault, std::uint64_t order_seed = 0, int threads = 0);
+  ~FaultyHostStream();
+  FaultyHostStream(const FaultyHostStream&) = delete;
+  FaultyHostStream& operator=(const FaultyHostStream&) = delete;
+
+  /// The fault of this stream.
+  KernelFault fault() const { return fault_; }
+
+  /// The primitives (validated like the public entry points; throw mlarope::Error). They run
+  /// before returning, except while capturing.
+  void rope(const RopeCall& call);
+  void rope_inplace(const RopeInplaceCall& call);
+  void rope_backward(const RopeBackwardCall& call);
+  void rope_backward_inplace(const RopeBackwardInplaceCall& call);
+  void kv_split(const KvSplitCall& call);
+  void kv_split_backward(const KvSplitBackwardCall& call);
+
+  /// Record the following calls instead of running them.
+  void begin_capture();
+  /// Stop recording; a function that replays the recorded calls (with this stream's fault),
+  /// reading what the buffers hold at replay.
+  std::function<void()> end_capture();
+  /// True between begin_capture and end_capture.
+  bool capturing() const;
+
+ private:
+  KernelFault fault_;
+  std::shared_ptr<detail::StreamImpl> impl_;
+};
+
+}  // namespace mlarope::fault_injection

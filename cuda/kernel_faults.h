@@ -1,0 +1,46 @@
+// The deliberately wrong behaviours that the kernel bodies can be compiled with for tests
+// (issue 4 point 6, issue 5): a plain enum, shared by the fault-injection build of the kernels
+// (fault_injection.h, MLAROPE_FAULT_INJECTION) and the tests that select a fault. The
+// production build never includes this header.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+namespace mlarope::fault_injection {
+
+/// One way for the kernels to be wrong. Every fault but `slow` changes results.
+enum class KernelFault : int {
+  none = 0,         ///< the kernels as in production
+  cp_chunk,         ///< CP: second half read from chunk 2*cp_size - r, not 2*cp_size - 1 - r
+  thd_search,       ///< THD: a row at a sequence start assigned to the sequence before
+  dropped_inverse,  ///< the fast (vector) path ignores `inverse` (Megatron's historical bug)
+  nope_in_place,    ///< in place: the nope part of head 0 of each rotated row is negated
+  table_stride,     ///< rope: head h reads table row freq_row + h (mod table rows)
+  slow,             ///< rope out of place runs its whole grid 4 times (same result)
+};
+
+/// Every fault but `none`.
+inline std::vector<KernelFault> all_kernel_faults() {
+  return {KernelFault::cp_chunk,       KernelFault::thd_search,   KernelFault::dropped_inverse,
+          KernelFault::nope_in_place,  KernelFault::table_stride, KernelFault::slow};
+}
+
+/// "none", "cp_chunk", ...
+inline std::string_view to_string(KernelFault fault) {
+  switch (fault) {
+    case KernelFault::none: return "none";
+    case KernelFault::cp_chunk: return "cp_chunk";
+    case KernelFault::thd_search: return "thd_search";
+    case KernelFault::dropped_inverse: return "dropped_inverse";
+    case KernelFault::nope_in_place: return "nope_in_place";
+    case KernelFault::table_stride: return "table_stride";
+    case KernelFault::slow: return "slow";
+  }
+  return "?";
+}
+
+/// How many times the `slow` fault does the work of rope out of place.
+inline constexpr int kSlowRepeats = 4;
+
+}  // namespace mlarope::fault_injection
