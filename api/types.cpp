@@ -17,7 +17,13 @@ std::string_view to_string(DType t) {
   return "?";
 }
 
-std::string_view to_string(IndexType t) { return t == IndexType::i32 ? "i32" : "i64"; }
+std::string_view to_string(IndexType t) {
+  switch (t) {
+    case IndexType::i32: return "i32";
+    case IndexType::i64: return "i64";
+  }
+  return "unknown";
+}
 std::string_view to_string(PairLayout l) { return l == PairLayout::half ? "half" : "interleaved"; }
 std::string_view to_string(TokenLayout l) { return l == TokenLayout::sbhd ? "sbhd" : "thd"; }
 std::string_view to_string(FreqMode m) {
