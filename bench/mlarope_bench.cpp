@@ -50,11 +50,17 @@ double copy_bandwidth() {
   return bandwidth;
 }
 
+// `count` random values in [-1, 1]: a tile of 64 Ki values repeated (filling is not timed,
+// but it runs for every shape, so it must be quick).
 std::vector<std::byte> random_bytes(std::int64_t count, DType dtype, std::uint32_t seed) {
-  std::vector<std::byte> v(count * dtype_size(dtype));
+  constexpr std::int64_t kTile = 1 << 16;
+  const std::size_t size = dtype_size(dtype);
+  std::vector<std::byte> tile(kTile * size), v(count * size);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> dist(-1, 1);
-  for (std::int64_t i = 0; i < count; ++i) store_rounded(v.data(), dtype, i, dist(rng));
+  for (std::int64_t i = 0; i < kTile; ++i) store_rounded(tile.data(), dtype, i, dist(rng));
+  for (std::int64_t i = 0; i < count; i += kTile)
+    std::memcpy(v.data() + i * size, tile.data(), std::min(kTile, count - i) * size);
   return v;
 }
 
@@ -173,14 +179,23 @@ int rotation_sets(std::int64_t bytes) {
   return static_cast<int>(std::max<std::int64_t>(1, (kBeyondCache + bytes - 1) / bytes));
 }
 
+// The input sets of a shape, kept while consecutive benchmarks use the same shape (Google
+// Benchmark calls a benchmark function several times, and the ops of a shape run in a row).
+std::vector<std::unique_ptr<Fixture>>& fixtures_for(const Shape& shape, int sets) {
+  static std::string key;
+  static std::vector<std::unique_ptr<Fixture>> fixtures;
+  const std::string wanted = shape_label(shape);
+  if (key != wanted) fixtures.clear(), key = wanted;  // free the previous shape's memory first
+  while (static_cast<int>(fixtures.size()) < sets) fixtures.push_back(std::make_unique<Fixture>(shape));
+  return fixtures;
+}
+
 void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend backend) {
   const std::int64_t bytes = minimum_bytes(op, shape);
-  std::vector<std::unique_ptr<Fixture>> fixtures;
+  const int sets = rotation_sets(bytes);
+  std::vector<std::unique_ptr<Fixture>>& fixtures = fixtures_for(shape, sets);
   std::vector<std::function<void()>> calls;
-  for (int i = 0; i < rotation_sets(bytes); ++i) {
-    fixtures.push_back(std::make_unique<Fixture>(shape));
-    calls.push_back(make_call(op, *fixtures.back(), backend));
-  }
+  for (int i = 0; i < sets; ++i) calls.push_back(make_call(op, *fixtures[i], backend));
   for (auto& call : calls) call();  // warm-up
   copy_bandwidth();
   std::size_t next = 0;
@@ -221,17 +236,17 @@ int main(int argc, char** argv) {
                 "  default: smoke set (T=1K); --full: T 1K..16K, both models, both layouts\n");
     return 0;
   }
-  for (const std::string& name : harness::backend_names()) {
-    if (name == "cuda") continue;  // timed with events in cuda_bench
-    const harness::Backend backend = harness::find_backend(name);
-    for (const Shape& shape : bench_shapes(full))
+  std::vector<harness::Backend> backends;
+  for (const std::string& name : harness::backend_names())
+    if (name != "cuda") backends.push_back(harness::find_backend(name));  // CUDA: cuda_bench
+  for (const Shape& shape : bench_shapes(full))  // shape outermost: its buffers are made once
+    for (const harness::Backend& backend : backends)
       for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward,
                          BenchOp::kv_split, BenchOp::kv_split_backward}) {
-        const std::string label = to_string(op) + "/" + name + "/" + shape_label(shape);
+        const std::string label = to_string(op) + "/" + backend.name + "/" + shape_label(shape);
         benchmark::RegisterBenchmark(label.c_str(), run_op, op, shape, backend)
             ->Unit(benchmark::kMillisecond)->UseRealTime();
       }
-  }
   for (const Shape& shape : bench_shapes(full))
     for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::kv_split}) {
       const std::string label = to_string(op) + "/copy/" + shape_label(shape);
