@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "case_run.h"
+#include "backends/case_run.h"
 #include "mlarope/host_convert.h"
 #include "shapes.h"
 

@@ -6,8 +6,8 @@
 #include <new>
 #include <string>
 
-#include "cuda_backend.h"
-#include "host_stream.h"
+#include "device/cuda_backend.h"
+#include "host/host_stream.h"
 #include "mlarope/error.h"
 
 namespace mlarope {

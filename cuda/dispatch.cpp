@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "rope_kernels.h"
+#include "kernels/rope_kernels.h"
 
 namespace mlarope::detail {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "dispatch.h"
 #include "mlarope/validate.h"
-#include "pair_rotation.h"
+#include "kernels/pair_rotation.h"
 
 namespace mlarope::detail {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "grid.h"
-#include "kernel_args.h"
+#include "kernels/grid.h"
+#include "kernels/kernel_args.h"
 #include "mlarope/types.h"
 
 namespace mlarope::detail {

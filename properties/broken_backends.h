@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "case_run.h"
-#include "checks.h"
+#include "backends/case_run.h"
+#include "checks/checks.h"
 #include "generators.h"
 
 namespace mlarope::props {

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "faulty_host_stream.h"
+#include "testing/faulty_host_stream.h"
 
 namespace mlarope::props {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "broken_backends.h"
-#include "kernel_faults.h"
+#include "testing/kernel_faults.h"
 
 namespace mlarope::props {
 

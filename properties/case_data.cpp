@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "case_run.h"
+#include "backends/case_run.h"
 #include "case_spec.h"
 #include "mlarope/host_convert.h"
 #include "positions.h"

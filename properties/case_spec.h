@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "case_file.h"
-#include "checks.h"
+#include "io/case_file.h"
+#include "checks/checks.h"
 
 namespace mlarope::props {
 

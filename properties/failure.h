@@ -6,7 +6,7 @@
 #include <string>
 
 #include "case_spec.h"
-#include "checks.h"
+#include "checks/checks.h"
 
 namespace mlarope::props {
 

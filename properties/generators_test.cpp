@@ -8,8 +8,8 @@
 #include <map>
 #include <set>
 
-#include "case_run.h"
-#include "compare.h"
+#include "backends/case_run.h"
+#include "checks/compare.h"
 #include "mlarope/error.h"
 #include "generators.h"
 #include "property_support.h"

@@ -7,12 +7,12 @@
 #include <cstring>
 #include <map>
 
-#include "case_run.h"
+#include "backends/case_run.h"
 #include "mlarope/host_convert.h"
 #include "positions.h"
 #include "property_support.h"
-#include "strided_call.h"
-#include "value_compare.h"
+#include "checks/strided_call.h"
+#include "checks/value_compare.h"
 
 using namespace mlarope;
 using namespace mlarope::props;

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "broken_backends.h"
-#include "case_run.h"
+#include "backends/case_run.h"
 #include "failure.h"
 #include "mlarope/error.h"
 

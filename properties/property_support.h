@@ -13,7 +13,7 @@
 #include <string>
 
 #include "case_spec.h"
-#include "checks.h"
+#include "checks/checks.h"
 #include "generators.h"
 
 namespace mlarope::props {

@@ -1,7 +1,7 @@
 // The GridCoord of the calling CUDA thread, and the common launch bound of the kernels.
 #pragma once
 
-#include "grid.h"
+#include "kernels/grid.h"
 
 namespace mlarope::cuda_launch {
 

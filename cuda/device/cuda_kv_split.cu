@@ -1,8 +1,8 @@
 // kv_split and kv_split_backward as CUDA kernels: the bodies of kv_split_kernels.h, one
 // __global__ per (dtype, variant): 2 x 3 x 2 instantiations.
-#include "cuda_grid.cuh"
-#include "cuda_launch.h"
-#include "kv_split_kernels.h"
+#include "device/cuda_grid.cuh"
+#include "device/cuda_launch.h"
+#include "kernels/kv_split_kernels.h"
 
 namespace mlarope::cuda_launch {
 namespace {

@@ -1,8 +1,8 @@
 // yarn_tables and the THD cu_seqlens check as CUDA kernels.
-#include "cuda_grid.cuh"
-#include "cuda_launch.h"
-#include "freq_row.h"
-#include "yarn_kernels.h"
+#include "device/cuda_grid.cuh"
+#include "device/cuda_launch.h"
+#include "kernels/freq_row.h"
+#include "kernels/yarn_kernels.h"
 
 namespace mlarope::cuda_launch {
 namespace {

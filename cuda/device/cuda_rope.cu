@@ -1,8 +1,8 @@
 // rope and rope_backward as CUDA kernels: the bodies of rope_kernels.h, one __global__ per
 // (dtype, variant): 3 x 4 instantiations.
-#include "cuda_grid.cuh"
-#include "cuda_launch.h"
-#include "rope_kernels.h"
+#include "device/cuda_grid.cuh"
+#include "device/cuda_launch.h"
+#include "kernels/rope_kernels.h"
 
 namespace mlarope::cuda_launch {
 namespace {

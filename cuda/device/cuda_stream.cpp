@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda_backend.h"
-#include "cuda_launch.h"
+#include "device/cuda_backend.h"
+#include "device/cuda_launch.h"
 #include "mlarope/error.h"
 
 namespace mlarope::detail::cuda {

@@ -1,5 +1,5 @@
 // The CUDA hooks of a build without CUDA: no device, and a clear error when one is asked for.
-#include "cuda_backend.h"
+#include "device/cuda_backend.h"
 #include "mlarope/error.h"
 
 namespace mlarope::detail::cuda {

@@ -1,5 +1,5 @@
 // The host grid executor (see host_executor.h).
-#include "host_executor.h"
+#include "host/host_executor.h"
 
 #include <algorithm>
 #include <atomic>

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "grid.h"
+#include "kernels/grid.h"
 
 namespace mlarope::host {
 

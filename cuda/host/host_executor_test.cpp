@@ -1,6 +1,6 @@
 // The host grid executor: every (block, thread) runs exactly once, orders follow the seed,
 // results are the same with one worker and many.
-#include "host_executor.h"
+#include "host/host_executor.h"
 
 #include <gtest/gtest.h>
 

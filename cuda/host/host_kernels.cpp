@@ -1,9 +1,9 @@
 // Host instantiations of the kernel bodies (see host_kernels.h).
-#include "host_kernels.h"
+#include "host/host_kernels.h"
 
-#include "kv_split_kernels.h"
-#include "rope_kernels.h"
-#include "yarn_kernels.h"
+#include "kernels/kv_split_kernels.h"
+#include "kernels/rope_kernels.h"
+#include "kernels/yarn_kernels.h"
 
 namespace mlarope::host {
 MLAROPE_FAULT_NAMESPACE_BEGIN

@@ -2,8 +2,8 @@
 // function per launch descriptor, mapping (dtype, variant) to a body instantiation.
 #pragma once
 
-#include "fault_injection.h"
-#include "host_executor.h"
+#include "testing/fault_injection.h"
+#include "host/host_executor.h"
 #include "launches.h"
 
 namespace mlarope::host {

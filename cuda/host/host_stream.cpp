@@ -1,7 +1,7 @@
 // The host backend's stream and graph (see host_stream.h).
-#include "host_stream.h"
+#include "host/host_stream.h"
 
-#include "host_kernels.h"
+#include "host/host_kernels.h"
 #include "mlarope/error.h"
 
 namespace mlarope::host {

@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "fault_injection.h"
-#include "host_executor.h"
+#include "testing/fault_injection.h"
+#include "host/host_executor.h"
 #include "stream_impl.h"
 
 namespace mlarope::host {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "mlarope/types.h"
-#include "portability.h"
+#include "kernels/portability.h"
 
 namespace mlarope::kernels {
 

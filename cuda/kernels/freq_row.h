@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "fault_injection.h"
-#include "kernel_args.h"
-#include "portability.h"
+#include "testing/fault_injection.h"
+#include "kernels/kernel_args.h"
+#include "kernels/portability.h"
 
 namespace mlarope::kernels {
 MLAROPE_FAULT_NAMESPACE_BEGIN

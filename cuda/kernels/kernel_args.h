@@ -4,11 +4,11 @@
 
 #include <cstdint>
 
-#include "element_io.h"
-#include "grid.h"
+#include "kernels/element_io.h"
+#include "kernels/grid.h"
 #include "mlarope/status.h"
 #include "mlarope/types.h"
-#include "portability.h"
+#include "kernels/portability.h"
 
 namespace mlarope::kernels {
 

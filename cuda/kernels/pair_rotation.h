@@ -7,11 +7,11 @@
 
 #include <type_traits>
 
-#include "element_io.h"
-#include "fault_injection.h"
-#include "host_simd.h"
-#include "kernel_args.h"
-#include "portability.h"
+#include "kernels/element_io.h"
+#include "testing/fault_injection.h"
+#include "kernels/host_simd.h"
+#include "kernels/kernel_args.h"
+#include "kernels/portability.h"
 
 namespace mlarope::kernels {
 MLAROPE_FAULT_NAMESPACE_BEGIN

@@ -5,12 +5,12 @@
 
 #include <cstdint>
 
-#include "fault_injection.h"
-#include "freq_row.h"
-#include "kernel_args.h"
-#include "pair_rotation.h"
-#include "portability.h"
-#include "segment_copy.h"
+#include "testing/fault_injection.h"
+#include "kernels/freq_row.h"
+#include "kernels/kernel_args.h"
+#include "kernels/pair_rotation.h"
+#include "kernels/portability.h"
+#include "kernels/segment_copy.h"
 
 namespace mlarope::kernels {
 MLAROPE_FAULT_NAMESPACE_BEGIN

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "portability.h"
+#include "kernels/portability.h"
 
 namespace mlarope::kernels {
 

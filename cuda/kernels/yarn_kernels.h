@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstdint>
 
-#include "fault_injection.h"
-#include "kernel_args.h"
-#include "pair_rotation.h"
-#include "portability.h"
+#include "testing/fault_injection.h"
+#include "kernels/kernel_args.h"
+#include "kernels/pair_rotation.h"
+#include "kernels/portability.h"
 
 namespace mlarope::kernels {
 MLAROPE_FAULT_NAMESPACE_BEGIN

@@ -1,5 +1,5 @@
 // Test cases of the rope family and kv_split (see backend_cases.h).
-#include "backend_cases.h"
+#include "testing/backend_cases.h"
 
 #include <algorithm>
 #include <cmath>

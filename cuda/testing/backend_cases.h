@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backend_test_util.h"
+#include "testing/backend_test_util.h"
 #include "mlarope/megatron.h"
 
 namespace mlarope::test {

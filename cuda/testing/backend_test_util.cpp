@@ -1,5 +1,5 @@
 // Helpers of the backend tests (see backend_test_util.h).
-#include "backend_test_util.h"
+#include "testing/backend_test_util.h"
 
 #include <algorithm>
 #include <cmath>

@@ -19,7 +19,7 @@
 #error "MLAROPE_FAULT_INJECTION is for host-only test builds (the selector is a host global)"
 #endif
 
-#include "kernel_faults.h"
+#include "testing/kernel_faults.h"
 
 #define MLAROPE_FAULT_NAMESPACE_BEGIN inline namespace faulty {
 #define MLAROPE_FAULT_NAMESPACE_END }

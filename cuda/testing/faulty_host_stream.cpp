@@ -1,11 +1,11 @@
 // FaultyHostStream (see faulty_host_stream.h). Compiled only into mlarope_host_faulty, with
 // MLAROPE_FAULT_INJECTION: host_stream.h then declares mlarope::host::faulty::HostStream, whose
 // launches run the faulty kernel instantiations of host_kernels.cpp (compiled likewise).
-#include "faulty_host_stream.h"
+#include "testing/faulty_host_stream.h"
 
 #include <utility>
 
-#include "host_stream.h"
+#include "host/host_stream.h"
 #include "launch_builder.h"
 #include "mlarope/validate.h"
 

@@ -14,7 +14,7 @@
 #include <functional>
 #include <memory>
 
-#include "kernel_faults.h"
+#include "testing/kernel_faults.h"
 #include "mlarope/ops.h"
 
 namespace mlarope::detail {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "backend_cases.h"
+#include "testing/backend_cases.h"
 #include "mlarope/error.h"
 
 namespace mlarope::test {

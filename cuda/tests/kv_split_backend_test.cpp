@@ -4,7 +4,7 @@
 #include <iostream>
 #include <vector>
 
-#include "backend_cases.h"
+#include "testing/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

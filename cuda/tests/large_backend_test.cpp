@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backend_cases.h"
+#include "testing/backend_cases.h"
 #include "mlarope/host_convert.h"
 #include "reference.h"
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "backend_test_util.h"
+#include "testing/backend_test_util.h"
 #include "mlarope/error.h"
 
 namespace mlarope::test {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend_cases.h"
+#include "testing/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

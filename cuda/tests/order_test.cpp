@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "host_kernels.h"
+#include "host/host_kernels.h"
 #include "launch_builder.h"
 
 namespace mlarope::host {

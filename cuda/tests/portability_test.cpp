@@ -1,6 +1,6 @@
 // The portability header's conversions against Eigen's (exact IEEE round to nearest even),
 // on every f16 / bf16 value and on floats around every rounding boundary.
-#include "portability.h"
+#include "kernels/portability.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "element_io.h"
-#include "host_simd.h"
+#include "kernels/element_io.h"
+#include "kernels/host_simd.h"
 #include "mlarope/host_convert.h"
 
 namespace mlarope::kernels {

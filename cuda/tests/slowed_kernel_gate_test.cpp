@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "faulty_host_stream.h"
+#include "testing/faulty_host_stream.h"
 #include "mlarope/host_convert.h"
 #include "report.h"
 

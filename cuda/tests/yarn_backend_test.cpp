@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backend_cases.h"
+#include "testing/backend_cases.h"
 #include "mlarope/host_convert.h"
 #include "reference.h"
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "bad_input_util.h"
-#include "case_run.h"
+#include "backends/bad_input_util.h"
+#include "backends/case_run.h"
 #include "mlarope/backend.h"
 #include "mlarope/error.h"
 #include "mlarope/validate.h"

@@ -25,7 +25,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-#include "case_run.h"
+#include "backends/case_run.h"
 #include "mlarope/backend.h"
 #include "mlarope/error.h"
 #include "mlarope/host_convert.h"

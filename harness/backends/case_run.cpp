@@ -1,6 +1,6 @@
-#include "case_run.h"
+#include "backends/case_run.h"
 
-#include "device_backend.h"
+#include "backends/device_backend.h"
 #include "mlarope/error.h"
 #include "reference.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "case_file.h"
+#include "io/case_file.h"
 #include "mlarope/ops.h"
 
 namespace mlarope::harness {

@@ -1,4 +1,4 @@
-#include "device_backend.h"
+#include "backends/device_backend.h"
 
 #include <memory>
 #include <vector>

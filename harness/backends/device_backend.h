@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "case_run.h"
+#include "backends/case_run.h"
 #include "mlarope/backend.h"
 
 namespace mlarope::harness {

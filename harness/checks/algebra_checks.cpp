@@ -5,10 +5,10 @@
 #include <limits>
 #include <sstream>
 
-#include "check_context.h"
-#include "compare.h"
+#include "checks/check_context.h"
+#include "checks/compare.h"
 #include "positions.h"
-#include "tolerance.h"
+#include "checks/tolerance.h"
 
 namespace mlarope::harness::detail {
 namespace {

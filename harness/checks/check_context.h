@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "checks.h"
-#include "strided_call.h"
-#include "value_compare.h"
+#include "checks/checks.h"
+#include "checks/strided_call.h"
+#include "checks/value_compare.h"
 
 namespace mlarope::harness::detail {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "check_context.h"
+#include "checks/check_context.h"
 #include "mlarope/error.h"
 #include "mlarope/host_convert.h"
 

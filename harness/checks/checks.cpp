@@ -1,13 +1,13 @@
 // Names, results, reports and their JSON/text forms. The checks themselves are in
 // check_runner.cpp, algebra_checks.cpp and replay_check.cpp.
-#include "checks.h"
+#include "checks/checks.h"
 
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
 #include "mlarope/error.h"
-#include "value_compare.h"
+#include "checks/value_compare.h"
 
 namespace mlarope::harness {
 

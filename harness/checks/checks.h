@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "case_file.h"
-#include "case_run.h"
+#include "io/case_file.h"
+#include "backends/case_run.h"
 
 namespace mlarope::harness {
 

@@ -8,11 +8,11 @@
 #include <functional>
 #include <memory>
 
-#include "checks.h"
+#include "checks/checks.h"
 #include "mlarope/error.h"
 #include "mlarope/host_convert.h"
 #include "reference.h"
-#include "strided_call.h"
+#include "checks/strided_call.h"
 
 using namespace mlarope;
 using namespace mlarope::harness;

@@ -1,4 +1,4 @@
-#include "compare.h"
+#include "checks/compare.h"
 
 #include <cmath>
 #include <cstring>

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "mlarope/types.h"
-#include "npy.h"
+#include "io/npy.h"
 
 namespace mlarope::harness {
 

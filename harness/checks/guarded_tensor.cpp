@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "mlarope/error.h"
-#include "strided_call.h"
+#include "checks/strided_call.h"
 
 namespace mlarope::harness {
 namespace {

@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "case_run.h"
-#include "compare.h"
+#include "backends/case_run.h"
+#include "checks/compare.h"
 #include "mlarope/backend.h"
-#include "tolerance.h"
+#include "checks/tolerance.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "check_context.h"
+#include "checks/check_context.h"
 
 namespace mlarope::harness::detail {
 namespace {

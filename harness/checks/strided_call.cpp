@@ -1,4 +1,4 @@
-#include "strided_call.h"
+#include "checks/strided_call.h"
 
 #include <algorithm>
 #include <cstring>

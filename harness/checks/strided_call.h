@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "case_file.h"
-#include "case_run.h"
-#include "checks.h"
+#include "io/case_file.h"
+#include "backends/case_run.h"
+#include "checks/checks.h"
 
 namespace mlarope::harness {
 

@@ -1,11 +1,11 @@
-#include "tolerance.h"
+#include "checks/tolerance.h"
 
 #include <cmath>
 #include <limits>
 #include <sstream>
 
-#include "case_run.h"
-#include "compare.h"
+#include "backends/case_run.h"
+#include "checks/compare.h"
 #include "positions.h"
 
 namespace mlarope::harness {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "case_file.h"
+#include "io/case_file.h"
 
 namespace mlarope::harness {
 

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <random>
 
-#include "case_run.h"
+#include "backends/case_run.h"
 #include "mlarope/host_convert.h"
-#include "tolerance.h"
+#include "checks/tolerance.h"
 
 using namespace mlarope;
 using namespace mlarope::harness;

@@ -1,12 +1,12 @@
-#include "value_compare.h"
+#include "checks/value_compare.h"
 
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
-#include "compare.h"
+#include "checks/compare.h"
 #include "positions.h"
-#include "tolerance.h"
+#include "checks/tolerance.h"
 
 namespace mlarope::harness {
 namespace {

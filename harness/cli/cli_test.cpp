@@ -8,7 +8,7 @@
 #include <random>
 #include <sstream>
 
-#include "case_file.h"
+#include "io/case_file.h"
 #include "failure.h"
 #include "generators.h"
 

@@ -11,13 +11,13 @@
 #include <iostream>
 
 #include "broken_backends.h"
-#include "case_run.h"
-#include "checks.h"
-#include "compare.h"
-#include "fuzz.h"
+#include "backends/case_run.h"
+#include "checks/checks.h"
+#include "checks/compare.h"
+#include "fuzz/fuzz.h"
 #include "mlarope/error.h"
 #include "report_command.h"
-#include "tolerance.h"
+#include "checks/tolerance.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;

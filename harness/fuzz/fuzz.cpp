@@ -1,6 +1,6 @@
 // The fuzz loop: workers draw case indices from a shared counter, so the cases of a run do not
 // depend on the number of workers; each worker keeps its own stats, merged at the end.
-#include "fuzz.h"
+#include "fuzz/fuzz.h"
 
 #include <atomic>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "broken_backends.h"
-#include "case_run.h"
+#include "backends/case_run.h"
 #include "failure.h"
 #include "generators.h"
 #include "mlarope/error.h"

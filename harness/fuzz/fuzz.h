@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "case_file.h"
-#include "checks.h"
+#include "io/case_file.h"
+#include "checks/checks.h"
 
 namespace mlarope::harness {
 

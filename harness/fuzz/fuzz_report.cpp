@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "fuzz.h"
+#include "fuzz/fuzz.h"
 
 namespace mlarope::harness {
 

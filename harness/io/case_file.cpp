@@ -1,4 +1,4 @@
-#include "case_file.h"
+#include "io/case_file.h"
 
 #include <fstream>
 #include <sstream>

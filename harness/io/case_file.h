@@ -8,7 +8,7 @@
 #include <string>
 
 #include "mlarope/ops.h"
-#include "npy.h"
+#include "io/npy.h"
 
 namespace mlarope::harness {
 

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <random>
 
-#include "case_file.h"
-#include "case_run.h"
+#include "io/case_file.h"
+#include "backends/case_run.h"
 #include "mlarope/error.h"
 #include "mlarope/host_convert.h"
 
