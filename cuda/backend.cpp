@@ -29,6 +29,8 @@ Stream Stream::cuda() { return Stream(detail::cuda::make_stream()); }
 
 Stream Stream::create(BackendKind kind) { return kind == BackendKind::host ? host() : cuda(); }
 
+Stream Stream::from_impl(std::unique_ptr<detail::StreamImpl> impl) { return Stream(std::move(impl)); }
+
 BackendKind Stream::kind() const { return impl_->kind(); }
 void Stream::synchronize() { impl_->synchronize(); }
 void Stream::begin_capture() { impl_->begin_capture(); }

@@ -1,9 +1,9 @@
 // Deliberately broken backends, for proving that the checks can fail (issue 4 point 6). Each
 // names the checks that must catch it and the cases to try. To add one (a kernel-level variant
-// compiled with a test-only macro, say), append to broken_backends() or register it from a
+// built from edited copies of the kernel sources, say), append to broken_backends() or register it from a
 // source file linked into broken_backends_test with a static BrokenBackendRegistrar. The
-// kernel-level variants ("broken:kernel_<fault>", broken_kernels.h: the real kernel source built
-// with MLAROPE_FAULT_INJECTION) register that way in broken_kernels_test.
+// kernel-level variants ("broken:kernel_<fault>", broken_kernels.h: copies of the real kernel
+// sources with the edits of cuda/testing/kernel_faults.txt) register that way in broken_kernels_test.
 #pragma once
 
 #include <functional>

@@ -1,6 +1,6 @@
-// Kernel-level broken variants (issue 4 point 6): the host backend built from the real kernel
-// source with MLAROPE_FAULT_INJECTION (mlarope_host_faulty, test builds only), each wrong in one
-// way (kernel_faults.h), registered as broken backends "broken:kernel_<fault>" by a static
+// Kernel-level broken variants (issue 4 point 6): the host backend built from copies of the
+// real kernel sources with the edits of cuda/testing/kernel_faults.txt (mlarope_host_faulty,
+// test builds only), each wrong in one way (kernel_faults.h), registered as broken backends "broken:kernel_<fault>" by a static
 // BrokenBackendRegistrar in broken_kernels.cpp: a binary that links that file (the test
 // broken_kernels_test) can resolve them by name like the reference wrappers.
 #pragma once

@@ -1,6 +1,6 @@
-// The checks catch broken kernels (issue 4 point 6): the real kernel source compiled with
-// MLAROPE_FAULT_INJECTION (mlarope_host_faulty) and one fault selected, through the fuzzer's
-// path (random specs through run_checks) within the default budget; and the same library with
+// The checks catch broken kernels (issue 4 point 6): copies of the real kernel sources with the
+// edits of cuda/testing/kernel_faults.txt (mlarope_host_faulty), one fault selected, through
+// the fuzzer's path (random specs through run_checks) within the default budget; and the same library with
 // no fault passes the very cases that caught each fault, so the test can fail both ways.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,5 @@
-// Host instantiations of the kernel bodies (see host_kernels.h).
+// Host instantiations of the kernel bodies (see host_kernels.h). Everything but kernel_table()
+// has internal linkage.
 #include "host/host_kernels.h"
 
 #include "kernels/kv_split_kernels.h"
@@ -6,7 +7,6 @@
 #include "kernels/yarn_kernels.h"
 
 namespace mlarope::host {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 namespace {
 
 using namespace mlarope::kernels;
@@ -59,35 +59,32 @@ struct PickKvBackward {
   static auto get(KvVariant v) { return kv_split_backward_body_for<T>(v); }
 };
 
-}  // namespace
-
-void run(const HostExecutor& e, const detail::RopeLaunch& l) {
-#if defined(MLAROPE_FAULT_INJECTION)
-  // KernelFault::slow: rope out of place runs its whole grid kSlowRepeats times (the same
-  // result). The whole grid, not a loop inside a block: a block's rows stay in cache, so
-  // repeating them there costs little on a memory-bound kernel.
-  if (MLAROPE_FAULT(slow) && !l.args.in_place)
-    for (int repeat = 1; repeat < ::mlarope::fault_injection::kSlowRepeats; ++repeat)
-      launch(e, l.grid, by_dtype<PickRope>(l.dtype, l.variant), l.args);
-#endif
+void run_rope(const HostExecutor& e, const detail::RopeLaunch& l) {
   launch(e, l.grid, by_dtype<PickRope>(l.dtype, l.variant), l.args);
 }
 
-void run(const HostExecutor& e, const detail::KvSplitLaunch& l) {
+void run_kv_split(const HostExecutor& e, const detail::KvSplitLaunch& l) {
   launch(e, l.grid, by_dtype<PickKv>(l.dtype, l.variant), l.args);
 }
 
-void run(const HostExecutor& e, const detail::KvSplitBackwardLaunch& l) {
+void run_kv_split_backward(const HostExecutor& e, const detail::KvSplitBackwardLaunch& l) {
   launch(e, l.grid, by_dtype<PickKvBackward>(l.dtype, l.variant), l.args);
 }
 
-void run(const HostExecutor& e, const detail::YarnLaunch& l) {
+void run_yarn(const HostExecutor& e, const detail::YarnLaunch& l) {
   launch(e, l.grid, &yarn_tables_body, l.args);
 }
 
-void run(const HostExecutor& e, const detail::CuSeqlensCheckLaunch& l) {
+void run_cu_seqlens_check(const HostExecutor& e, const detail::CuSeqlensCheckLaunch& l) {
   launch(e, l.grid, &cu_seqlens_check_body, l.args);
 }
 
-MLAROPE_FAULT_NAMESPACE_END
+}  // namespace
+
+const KernelTable& kernel_table() {
+  static const KernelTable table{&run_rope, &run_kv_split, &run_kv_split_backward, &run_yarn,
+                                 &run_cu_seqlens_check};
+  return table;
+}
+
 }  // namespace mlarope::host

@@ -2,19 +2,23 @@
 // function per launch descriptor, mapping (dtype, variant) to a body instantiation.
 #pragma once
 
-#include "testing/fault_injection.h"
 #include "host/host_executor.h"
 #include "launches.h"
 
 namespace mlarope::host {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 
-/// Run one launch on `executor` (returns when every block ran).
-void run(const HostExecutor& executor, const detail::RopeLaunch& l);
-void run(const HostExecutor& executor, const detail::KvSplitLaunch& l);
-void run(const HostExecutor& executor, const detail::KvSplitBackwardLaunch& l);
-void run(const HostExecutor& executor, const detail::YarnLaunch& l);
-void run(const HostExecutor& executor, const detail::CuSeqlensCheckLaunch& l);
+/// The host instantiations of the kernel bodies: how a host stream runs each launch (returns
+/// when every block ran). A table, so that a test can hand a stream another build of the
+/// same bodies (cuda/testing/: the fault variants).
+struct KernelTable {
+  void (*rope)(const HostExecutor& executor, const detail::RopeLaunch& l);
+  void (*kv_split)(const HostExecutor& executor, const detail::KvSplitLaunch& l);
+  void (*kv_split_backward)(const HostExecutor& executor, const detail::KvSplitBackwardLaunch& l);
+  void (*yarn)(const HostExecutor& executor, const detail::YarnLaunch& l);
+  void (*cu_seqlens_check)(const HostExecutor& executor, const detail::CuSeqlensCheckLaunch& l);
+};
 
-MLAROPE_FAULT_NAMESPACE_END
+/// The production kernel bodies (cuda/kernels/).
+const KernelTable& kernel_table();
+
 }  // namespace mlarope::host

@@ -5,10 +5,11 @@
 #include "mlarope/error.h"
 
 namespace mlarope::host {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 
-HostStream::HostStream(const HostStreamOptions& options)
-    : executor_(options.seed, options.threads), scratch_(std::make_unique<Scratch>()) {}
+HostStream::HostStream(const HostStreamOptions& options, const KernelTable& kernels)
+    : executor_(options.seed, options.threads),
+      kernels_(&kernels),
+      scratch_(std::make_unique<Scratch>()) {}
 
 detail::LaunchProfile HostStream::profile() const {
   // Few threads per block: each host "thread" is a function call, so fewer, larger work
@@ -31,19 +32,19 @@ void HostStream::clear_scratch_status() {
 }
 
 void HostStream::launch(const detail::CuSeqlensCheckLaunch& l) {
-  submit([l](const HostExecutor& e) { run(e, l); });
+  submit([l, run = kernels_->cu_seqlens_check](const HostExecutor& e) { run(e, l); });
 }
 void HostStream::launch(const detail::RopeLaunch& l) {
-  submit([l](const HostExecutor& e) { run(e, l); });
+  submit([l, run = kernels_->rope](const HostExecutor& e) { run(e, l); });
 }
 void HostStream::launch(const detail::KvSplitLaunch& l) {
-  submit([l](const HostExecutor& e) { run(e, l); });
+  submit([l, run = kernels_->kv_split](const HostExecutor& e) { run(e, l); });
 }
 void HostStream::launch(const detail::KvSplitBackwardLaunch& l) {
-  submit([l](const HostExecutor& e) { run(e, l); });
+  submit([l, run = kernels_->kv_split_backward](const HostExecutor& e) { run(e, l); });
 }
 void HostStream::launch(const detail::YarnLaunch& l) {
-  submit([l](const HostExecutor& e) { run(e, l); });
+  submit([l, run = kernels_->yarn](const HostExecutor& e) { run(e, l); });
 }
 
 void HostStream::begin_capture() {
@@ -64,5 +65,4 @@ void HostGraph::replay(detail::StreamImpl& stream) {
   for (const HostStream::Operation& op : operations_) host->submit(op);
 }
 
-MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::host

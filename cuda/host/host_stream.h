@@ -7,21 +7,22 @@
 #include <memory>
 #include <vector>
 
-#include "testing/fault_injection.h"
 #include "host/host_executor.h"
+#include "host/host_kernels.h"
 #include "stream_impl.h"
 
 namespace mlarope::host {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// A host-backend stream.
-class HostStream final : public detail::StreamImpl {
+class HostStream : public detail::StreamImpl {
  public:
   /// One enqueued operation, run on the executor of the stream that runs it.
   using Operation = std::function<void(const HostExecutor&)>;
 
-  /// A stream whose executor draws orders from options.seed on options.threads workers.
-  explicit HostStream(const HostStreamOptions& options);
+  /// A stream whose executor draws orders from options.seed on options.threads workers and
+  /// runs the kernel bodies of `kernels` (the production build unless a test says otherwise).
+  explicit HostStream(const HostStreamOptions& options,
+                      const KernelTable& kernels = kernel_table());
 
   BackendKind kind() const override { return BackendKind::host; }
   detail::LaunchProfile profile() const override;
@@ -40,12 +41,17 @@ class HostStream final : public detail::StreamImpl {
   /// Run `op` now, or record it while capturing.
   void submit(Operation op);
 
+ protected:
+  /// The kernel bodies this stream runs.
+  const KernelTable& kernels() const { return *kernels_; }
+
  private:
   struct alignas(64) Scratch {
     DeviceStatus word = 0;
   };
 
   HostExecutor executor_;
+  const KernelTable* kernels_;
   std::unique_ptr<Scratch> scratch_;
   bool capturing_ = false;
   std::vector<Operation> recorded_;
@@ -63,5 +69,4 @@ class HostGraph final : public detail::GraphImpl {
   std::vector<HostStream::Operation> operations_;
 };
 
-MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::host

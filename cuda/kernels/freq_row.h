@@ -4,12 +4,10 @@
 
 #include <cstdint>
 
-#include "testing/fault_injection.h"
 #include "kernels/kernel_args.h"
 #include "kernels/portability.h"
 
 namespace mlarope::kernels {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// What a row does: rotate with table row `freq_row`, or pass through.
 struct RowPlan {
@@ -23,9 +21,6 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t cp_pos(std::int64_t lp, std::int64_t len,
   if (cp_size == 1) return lp;
   const std::int64_t half = len / 2;
   if (lp < half) return cp_rank * half + lp;
-#if defined(MLAROPE_FAULT_INJECTION)
-  if (MLAROPE_FAULT(cp_chunk)) return len * cp_size - cp_rank * half + (lp - half);  // chunk 2cp - r
-#endif
   return len * cp_size - (cp_rank + 1) * half + (lp - half);
 }
 
@@ -57,13 +52,6 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t find_sequence(const PositionArgs& p, std:
   std::int64_t lo = 0, hi = p.num_sequences;  // local_start(lo) <= r always (it is 0)
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo + 1) / 2;
-#if defined(MLAROPE_FAULT_INJECTION)
-    if (MLAROPE_FAULT(thd_search)) {  // < for <=: a row at a sequence start joins the one before
-      if (global_start(p, mid) < global_row) lo = mid;
-      else hi = mid - 1;
-      continue;
-    }
-#endif
     if (global_start(p, mid) <= global_row) lo = mid;
     else hi = mid - 1;
   }
@@ -132,5 +120,4 @@ MLAROPE_HD inline void cu_seqlens_check_body(const CuSeqlensCheckArgs& a, const 
   }
 }
 
-MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::kernels

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-#include "testing/fault_injection.h"
 #include "kernels/freq_row.h"
 #include "kernels/kernel_args.h"
 #include "kernels/pair_rotation.h"
@@ -14,7 +13,6 @@
 #include "kernels/segment_copy.h"
 
 namespace mlarope::kernels {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// key[..., :k] = kv[..., :k] and value = kv[..., k:] for every head of one row.
 template <class T>
@@ -123,5 +121,4 @@ MLAROPE_HD inline void kv_split_backward_body(const KvSplitBackwardKernelArgs& a
   }
 }
 
-MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::kernels

@@ -8,13 +8,11 @@
 #include <type_traits>
 
 #include "kernels/element_io.h"
-#include "testing/fault_injection.h"
 #include "kernels/host_simd.h"
 #include "kernels/kernel_args.h"
 #include "kernels/portability.h"
 
 namespace mlarope::kernels {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// Pairs per chunk of the fast (vector) paths: 8 elements, 16 bytes of bf16 interleaved.
 inline constexpr int kVectorPairs = 4;
@@ -132,15 +130,8 @@ MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> load_coefficients(const PairR
     const std::int64_t tv = v_position(r.table_layout, first + j, half_dim);
     k.cos_u[j] = load_table_element(r.cos.data, r.table_dtype, cos_row + tu);
     k.cos_v[j] = load_table_element(r.cos.data, r.table_dtype, cos_row + tv);
-#if defined(MLAROPE_FAULT_INJECTION)
-    // KernelFault::dropped_inverse: the fast (vector) path ignores the sign of `inverse`.
-    const float sign = kPairs > 1 && MLAROPE_FAULT(dropped_inverse) ? 1.0f : r.sign;
-    const float sin_u = sign * load_table_element(r.sin.data, r.table_dtype, sin_row + tu);
-    const float sin_v = sign * load_table_element(r.sin.data, r.table_dtype, sin_row + tv);
-#else
     const float sin_u = r.sign * load_table_element(r.sin.data, r.table_dtype, sin_row + tu);
     const float sin_v = r.sign * load_table_element(r.sin.data, r.table_dtype, sin_row + tv);
-#endif
     k.p[j] = r.adjoint ? sin_v : -sin_u;
     k.q[j] = r.adjoint ? -sin_u : sin_v;
   }
@@ -160,5 +151,4 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> rotate(const PairChunk<kPairs>& x,
   return y;
 }
 
-MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::kernels

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-#include "testing/fault_injection.h"
 #include "kernels/freq_row.h"
 #include "kernels/kernel_args.h"
 #include "kernels/pair_rotation.h"
@@ -13,7 +12,6 @@
 #include "kernels/segment_copy.h"
 
 namespace mlarope::kernels {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// Largest emb_dim of the whole-slice vector body (registers hold the whole slice).
 inline constexpr std::int64_t kWholeSliceMaxEmbDim = 64;
@@ -31,21 +29,6 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t row_count(const PositionArgs& p) {
   return p.seq_len * p.batch;
 }
 
-#if defined(MLAROPE_FAULT_INJECTION)
-/// KernelFault::table_stride: the table row head h reads (in bounds, wrong for h > 0).
-MLAROPE_HD MLAROPE_INLINE std::int64_t fault_head_table_row(const PositionArgs& p,
-                                                           std::int64_t freq_row, std::int64_t h) {
-  return (freq_row + h) % p.table_rows;
-}
-
-/// KernelFault::nope_in_place: thread 0 negates nope element 0 of head 0 of the row.
-template <class T>
-MLAROPE_HD MLAROPE_INLINE void fault_negate_nope(T* row_start, const RopeKernelArgs& a,
-                                                const GridCoord& g) {
-  if (MLAROPE_FAULT(nope_in_place) && a.in_place && a.nope_dim > 0 && g.thread == 0)
-    store_element(row_start, 0, -load_element(row_start, 0));
-}
-#endif
 
 /// Rotate pairs first .. first + kPairs - 1 of heads group, group + groups, ... of one row.
 template <class T, int kPairs>
@@ -59,14 +42,6 @@ MLAROPE_HD MLAROPE_INLINE void rotate_chunk_of_heads(const RopeKernelArgs& a, co
   for (std::int64_t h = group; h < a.heads; h += groups) {
     const PairChunk<kPairs> x =
         load_pairs<T, kPairs>(in_slices + h * a.in.head_stride, r.read_layout, half_dim, first);
-#if defined(MLAROPE_FAULT_INJECTION)
-    if (MLAROPE_FAULT(table_stride)) {
-      const std::int64_t row = fault_head_table_row(a.positions, freq_row, h);
-      store_pairs<T, kPairs>(out_slices + h * a.out.head_stride, r.write_layout, half_dim, first,
-                             rotate(x, load_coefficients<kPairs>(r, row, half_dim, first)));
-      continue;
-    }
-#endif
     store_pairs<T, kPairs>(out_slices + h * a.out.head_stride, r.write_layout, half_dim, first,
                            rotate(x, k));
   }
@@ -93,9 +68,6 @@ MLAROPE_HD inline void rope_chunked_body(const RopeKernelArgs& a, const GridCoor
                               a.copy_vector, g.thread, g.num_threads);
       continue;
     }
-#if defined(MLAROPE_FAULT_INJECTION)
-    fault_negate_nope(out, a, g);
-#endif
     if (!a.in_place)
       copy_head_segments<T>({in, out, a.in.head_stride, a.out.head_stride, a.heads, a.nope_dim},
                             a.copy_vector, g.thread, g.num_threads);
@@ -122,9 +94,6 @@ MLAROPE_HD inline void rope_whole_slice_vector_body(const RopeKernelArgs& a, con
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
     const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
     if (!plan.rotate) continue;  // in place: a pass-through row is left untouched
-#if defined(MLAROPE_FAULT_INJECTION)
-    fault_negate_nope(row_pointer<T>(a.out, row, p.batch), a, g);
-#endif
     T* slices = row_pointer<T>(a.out, row, p.batch) + a.nope_dim;
     for (std::int64_t h = g.thread; h < a.heads; h += g.num_threads) {
       T* slice = slices + h * a.out.head_stride;
@@ -184,9 +153,6 @@ MLAROPE_HD inline void rope_whole_slice_scalar_body(const RopeKernelArgs& a, con
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
     const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
     if (!plan.rotate) continue;
-#if defined(MLAROPE_FAULT_INJECTION)
-    fault_negate_nope(row_pointer<T>(a.out, row, p.batch), a, g);
-#endif
     T* slices = row_pointer<T>(a.out, row, p.batch) + a.nope_dim;
     for (std::int64_t h = g.thread; h < a.heads; h += g.num_threads) {
       T* slice = slices + h * a.out.head_stride;
@@ -200,5 +166,4 @@ MLAROPE_HD inline void rope_whole_slice_scalar_body(const RopeKernelArgs& a, con
   }
 }
 
-MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::kernels

@@ -5,13 +5,11 @@
 #include <cmath>
 #include <cstdint>
 
-#include "testing/fault_injection.h"
 #include "kernels/kernel_args.h"
 #include "kernels/pair_rotation.h"
 #include "kernels/portability.h"
 
 namespace mlarope::kernels {
-MLAROPE_FAULT_NAMESPACE_BEGIN
 
 /// YaRN inverse frequency of pair i: the interpolated (1 / (s * base^(2i/d))) and the
 /// extrapolated (1 / base^(2i/d)) frequencies blended by the linear ramp over [low, high].
@@ -59,5 +57,4 @@ MLAROPE_HD inline void yarn_tables_body(const YarnKernelArgs& a, const GridCoord
   }
 }
 
-MLAROPE_FAULT_NAMESPACE_END
 }  // namespace mlarope::kernels

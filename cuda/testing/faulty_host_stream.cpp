@@ -1,17 +1,15 @@
-// FaultyHostStream (see faulty_host_stream.h). Compiled only into mlarope_host_faulty, with
-// MLAROPE_FAULT_INJECTION: host_stream.h then declares mlarope::host::faulty::HostStream, whose
-// launches run the faulty kernel instantiations of host_kernels.cpp (compiled likewise).
+// FaultyHostStream (see faulty_host_stream.h): a HostStream whose kernel table is the faulty
+// build, with the fault selected around each launch it runs (and each replayed launch).
 #include "testing/faulty_host_stream.h"
 
 #include <utility>
 
 #include "host/host_stream.h"
-#include "launch_builder.h"
-#include "mlarope/validate.h"
 
-#if !defined(MLAROPE_FAULT_INJECTION)
-#error "faulty_host_stream.cpp belongs to mlarope_host_faulty (MLAROPE_FAULT_INJECTION)"
-#endif
+namespace mlarope::host {
+/// The kernel table of the faulty build (generated host_kernels.cpp, make_faulty_sources).
+const KernelTable& faulty_kernel_table();
+}  // namespace mlarope::host
 
 namespace mlarope::fault_injection {
 
@@ -19,7 +17,7 @@ int g_kernel_fault = static_cast<int>(KernelFault::none);
 
 namespace {
 
-using detail::StreamImpl;
+using host::HostExecutor;
 
 // Selects `fault` for the kernel bodies while it lives.
 class FaultScope {
@@ -35,80 +33,75 @@ class FaultScope {
   int saved_;
 };
 
-// As ops.cpp: THD zeroes the scratch word and runs the cu_seqlens check first.
-void prepare_positions(StreamImpl& stream, kernels::PositionArgs& positions) {
-  if (positions.layout != TokenLayout::thd) return;
-  positions.cu_check = stream.scratch_status();
-  stream.clear_scratch_status();
-  detail::CuSeqlensCheckLaunch check =
-      detail::make_cu_seqlens_check_launch(positions, stream.profile());
-  check.args.cu_check = stream.scratch_status();
-  stream.launch(check);
-}
+// A host stream running the faulty kernel table, each launch under its fault.
+class FaultyStreamImpl final : public host::HostStream {
+ public:
+  FaultyStreamImpl(KernelFault fault, const HostStreamOptions& options)
+      : HostStream(options, host::faulty_kernel_table()), fault_(fault) {}
 
-// As ops.cpp: enqueue a launch whose grid may be empty (a no-op).
-template <class Launch>
-void enqueue(StreamImpl& stream, KernelFault fault, Launch launch) {
-  if (launch.grid.blocks == 0 || launch.grid.threads == 0) return;
-  const FaultScope scope(fault);
-  prepare_positions(stream, launch.args.positions);
-  stream.launch(launch);
-}
+  void launch(const detail::CuSeqlensCheckLaunch& l) override {
+    submit_faulty(kernels().cu_seqlens_check, l, 1);
+  }
+  // KernelFault::slow: rope out of place runs its whole grid kSlowRepeats times (the same
+  // result). The whole grid, not a loop inside a block: a block's rows stay in cache, so
+  // repeating them there costs little on a memory-bound kernel.
+  void launch(const detail::RopeLaunch& l) override {
+    const bool slow = fault_ == KernelFault::slow && !l.args.in_place;
+    submit_faulty(kernels().rope, l, slow ? kSlowRepeats : 1);
+  }
+  void launch(const detail::KvSplitLaunch& l) override { submit_faulty(kernels().kv_split, l, 1); }
+  void launch(const detail::KvSplitBackwardLaunch& l) override {
+    submit_faulty(kernels().kv_split_backward, l, 1);
+  }
+  void launch(const detail::YarnLaunch& l) override { submit_faulty(kernels().yarn, l, 1); }
 
-void enqueue_rope(StreamImpl& s, KernelFault fault, const ConstTensorView& in,
-                  const TensorView& out, const RopeArgs& args, detail::RopeMode mode) {
-  enqueue(s, fault, detail::make_rope_launch(in, out, args, mode, s.profile()));
-}
+ private:
+  template <class Launch>
+  void submit_faulty(void (*run)(const HostExecutor&, const Launch&), const Launch& l,
+                     int repeats) {
+    submit([run, l, repeats, fault = fault_](const HostExecutor& e) {
+      const FaultScope scope(fault);
+      for (int i = 0; i < repeats; ++i) run(e, l);
+    });
+  }
+
+  KernelFault fault_;
+};
 
 }  // namespace
 
 FaultyHostStream::FaultyHostStream(KernelFault fault, std::uint64_t order_seed, int threads)
     : fault_(fault),
-      impl_(std::make_shared<host::HostStream>(HostStreamOptions{order_seed, threads})) {}
+      stream_(std::make_shared<Stream>(Stream::from_impl(std::make_unique<FaultyStreamImpl>(
+          fault, HostStreamOptions{order_seed, threads})))) {}
 
 FaultyHostStream::~FaultyHostStream() = default;
 
-void FaultyHostStream::rope(const RopeCall& call) {
-  validate(call);
-  enqueue_rope(*impl_, fault_, call.t, call.out, call.args, {false, false});
-}
-
+void FaultyHostStream::rope(const RopeCall& call) { mlarope::rope(call, *stream_); }
 void FaultyHostStream::rope_inplace(const RopeInplaceCall& call) {
-  validate(call);
-  enqueue_rope(*impl_, fault_, call.t, call.t, call.args, {true, false});
+  mlarope::rope_inplace(call, *stream_);
 }
-
 void FaultyHostStream::rope_backward(const RopeBackwardCall& call) {
-  validate(call);
-  enqueue_rope(*impl_, fault_, call.grad_out, call.grad_t, call.args, {false, true});
+  mlarope::rope_backward(call, *stream_);
 }
-
 void FaultyHostStream::rope_backward_inplace(const RopeBackwardInplaceCall& call) {
-  validate(call);
-  enqueue_rope(*impl_, fault_, call.grad, call.grad, call.args, {true, true});
+  mlarope::rope_backward_inplace(call, *stream_);
 }
-
-void FaultyHostStream::kv_split(const KvSplitCall& call) {
-  validate(call);
-  enqueue(*impl_, fault_, detail::make_kv_split_launch(call, impl_->profile()));
-}
-
+void FaultyHostStream::kv_split(const KvSplitCall& call) { mlarope::kv_split(call, *stream_); }
 void FaultyHostStream::kv_split_backward(const KvSplitBackwardCall& call) {
-  validate(call);
-  enqueue(*impl_, fault_, detail::make_kv_split_backward_launch(call, impl_->profile()));
+  mlarope::kv_split_backward(call, *stream_);
 }
 
-void FaultyHostStream::begin_capture() { impl_->begin_capture(); }
+void FaultyHostStream::begin_capture() { stream_->begin_capture(); }
 
 std::function<void()> FaultyHostStream::end_capture() {
-  std::shared_ptr<detail::GraphImpl> graph = impl_->end_capture();
-  return [impl = impl_, graph, fault = fault_] {
-    const FaultScope scope(fault);
-    graph->replay(*impl);
-    impl->synchronize();
+  auto graph = std::make_shared<Graph>(stream_->end_capture());
+  return [stream = stream_, graph] {
+    graph->replay(*stream);
+    stream->synchronize();
   };
 }
 
-bool FaultyHostStream::capturing() const { return impl_->capturing(); }
+bool FaultyHostStream::capturing() const { return stream_->capturing(); }
 
 }  // namespace mlarope::fault_injection

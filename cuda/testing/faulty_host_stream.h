@@ -1,25 +1,22 @@
 // The host backend with one deliberately wrong kernel behaviour (test builds only: the library
-// mlarope_host_faulty, the kernel bodies compiled with MLAROPE_FAULT_INJECTION). It takes the
-// same path as mlarope::rope & co on a host stream (validate, launch builder, dispatcher,
-// cu_seqlens check, grid executor, graph capture), with the faulty kernel instantiations; with
-// KernelFault::none it computes what the production host backend computes.
+// mlarope_host_faulty, built from the copies of the kernel sources that make_faulty_sources
+// edits after kernel_faults.txt). Calls take the public entry points (validate, launch
+// builder, dispatcher, cu_seqlens check, grid executor, graph capture) on a host stream whose
+// kernel table is the faulty build; with KernelFault::none it computes what the production
+// host backend computes.
 //
-// Symbols: the faulty kernel bodies and the faulty HostStream live in the inline namespaces
-// mlarope::kernels::faulty and mlarope::host::faulty (fault_injection.h), so this library
-// links into a binary that also has mlarope_host (the harness does) without an ODR clash; the
-// launch builder, dispatcher, validation and executor are mlarope_host's own.
+// Symbols: the faulty kernel bodies live in the inline namespace mlarope::kernels::faulty and
+// their host table is mlarope::host::faulty_kernel_table(), so this library links into a
+// binary that also has mlarope_host (the harness does) without an ODR clash.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 
-#include "testing/kernel_faults.h"
+#include "mlarope/backend.h"
 #include "mlarope/ops.h"
-
-namespace mlarope::detail {
-class StreamImpl;
-}  // namespace mlarope::detail
+#include "testing/kernel_faults.h"
 
 namespace mlarope::fault_injection {
 
@@ -56,7 +53,7 @@ class FaultyHostStream {
 
  private:
   KernelFault fault_;
-  std::shared_ptr<detail::StreamImpl> impl_;
+  std::shared_ptr<Stream> stream_;
 };
 
 }  // namespace mlarope::fault_injection

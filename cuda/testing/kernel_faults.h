@@ -1,7 +1,7 @@
-// The deliberately wrong behaviours that the kernel bodies can be compiled with for tests
-// (issue 4 point 6, issue 5): a plain enum, shared by the fault-injection build of the kernels
-// (fault_injection.h, MLAROPE_FAULT_INJECTION) and the tests that select a fault. The
-// production build never includes this header.
+// The deliberately wrong behaviours of the fault-variant build of the kernels (test builds
+// only): a plain enum, shared by that build (kernel_faults.txt: the edits, one per fault;
+// fault_selector.h: the run-time selector) and the tests that select a fault. The production
+// build never includes this header.
 #pragma once
 
 #include <string_view>

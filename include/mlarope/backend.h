@@ -53,6 +53,9 @@ class Stream {
   static Stream cuda();
   /// A stream of `kind` with default options.
   static Stream create(BackendKind kind);
+  /// A stream over a backend implementation (library internal: tests wrap other kernel
+  /// builds this way).
+  static Stream from_impl(std::unique_ptr<detail::StreamImpl> impl);
 
   Stream(Stream&&) noexcept;
   Stream& operator=(Stream&&) noexcept;
