@@ -2,10 +2,10 @@
 // read of device memory, no allocation, no synchronization (graph-capture safe).
 #include <utility>
 
-#include "launch_builder.h"
+#include "launch/launch_builder.h"
 #include "mlarope/backend.h"
 #include "mlarope/validate.h"
-#include "stream_impl.h"
+#include "launch/stream_impl.h"
 
 namespace mlarope {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "stream_impl.h"
+#include "launch/stream_impl.h"
 
 namespace mlarope::detail::cuda {
 

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "launches.h"
+#include "launch/launches.h"
 
 namespace mlarope::cuda_launch {
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "host/host_executor.h"
-#include "launches.h"
+#include "launch/launches.h"
 
 namespace mlarope::host {
 

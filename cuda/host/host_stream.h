@@ -9,7 +9,7 @@
 
 #include "host/host_executor.h"
 #include "host/host_kernels.h"
-#include "stream_impl.h"
+#include "launch/stream_impl.h"
 
 namespace mlarope::host {
 

@@ -1,5 +1,5 @@
 // The dispatch decisions (see dispatch.h).
-#include "dispatch.h"
+#include "launch/dispatch.h"
 
 #include <cstdint>
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "launches.h"
+#include "launch/launches.h"
 #include "mlarope/megatron.h"
 #include "mlarope/tensor.h"
 

@@ -1,6 +1,6 @@
 // The dispatcher: fast paths only for Megatron's modes, emb_dim % 8 == 0 and aligned memory;
 // in-place layout changes take a whole-slice variant; nothing else is dropped.
-#include "dispatch.h"
+#include "launch/dispatch.h"
 
 #include <gtest/gtest.h>
 
@@ -78,7 +78,7 @@ TEST(Dispatch, AlignedViewChecksBaseStartAndStrides) {
 
 // The launch builder applies the dispatcher to real views: Megatron-shaped calls take the
 // fast paths, an odd head stride or a misaligned slice start takes the general one.
-#include "launch_builder.h"
+#include "launch/launch_builder.h"
 
 namespace mlarope::detail {
 namespace {

@@ -1,10 +1,10 @@
 // Call descriptors -> launch descriptors (see launch_builder.h).
-#include "launch_builder.h"
+#include "launch/launch_builder.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "dispatch.h"
+#include "launch/dispatch.h"
 #include "mlarope/validate.h"
 #include "kernels/pair_rotation.h"
 

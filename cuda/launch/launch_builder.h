@@ -2,9 +2,9 @@
 // arguments, the variant the dispatcher picks, and the grid for the backend's profile.
 #pragma once
 
-#include "launches.h"
+#include "launch/launches.h"
 #include "mlarope/ops.h"
-#include "stream_impl.h"
+#include "launch/stream_impl.h"
 
 namespace mlarope::detail {
 

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "launches.h"
+#include "launch/launches.h"
 #include "mlarope/backend.h"
 #include "mlarope/status.h"
 

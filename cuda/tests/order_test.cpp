@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "host/host_kernels.h"
-#include "launch_builder.h"
+#include "launch/launch_builder.h"
 
 namespace mlarope::host {
 namespace {
