@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/case_run.h"
+#include "backends/device_backend.h"
 #include "mlarope/host_convert.h"
 #include "shapes.h"
 
@@ -240,7 +241,13 @@ int main(int argc, char** argv) {
   }
   std::vector<harness::Backend> backends;
   for (const std::string& name : harness::backend_names())
-    if (name != "cuda") backends.push_back(harness::find_backend(name));  // CUDA: cuda_bench
+    if (name == "host") {  // the fast mode (the GPU model is for the checks), labelled "host"
+      harness::Backend fast = harness::host_backend(0, harness::HostMode::fast);
+      fast.name = "host";
+      backends.push_back(fast);
+    } else if (name != "cuda") {  // CUDA: cuda_bench
+      backends.push_back(harness::find_backend(name));
+    }
   for (const Shape& shape : bench_shapes(full))  // shape outermost: its buffers are made once
     for (const harness::Backend& backend : backends)
       for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward,

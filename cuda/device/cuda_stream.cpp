@@ -36,13 +36,7 @@ class CudaStream final : public StreamImpl {
   CudaStream& operator=(const CudaStream&) = delete;
 
   BackendKind kind() const override { return BackendKind::cuda; }
-  LaunchProfile profile() const override {
-    LaunchProfile p;
-    p.max_threads = 128;
-    p.thread_granularity = 32;
-    p.max_blocks = std::int64_t{1} << 20;
-    return p;
-  }
+  LaunchProfile profile() const override { return cuda_launch_profile(); }
   DeviceStatus* scratch_status() override { return scratch_; }
   void clear_scratch_status() override {
     check(cudaMemsetAsync(scratch_, 0, sizeof(DeviceStatus), stream_), "cudaMemsetAsync");

@@ -87,6 +87,7 @@ void HostExecutor::run_block(GridShape grid, std::int64_t block, bool full_shuff
     const IndexPermutation thread_order(static_cast<std::uint64_t>(grid.threads), key);
     for (int t = 0; t < grid.threads; ++t) {
       coord.thread = static_cast<int>(thread_order(static_cast<std::uint64_t>(t)));
+      if (observer_) observer_->begin_thread(coord);
       body(args, coord);
     }
     return;
@@ -94,6 +95,7 @@ void HostExecutor::run_block(GridShape grid, std::int64_t block, bool full_shuff
   const ThreadRotation thread_order(grid.threads, key);
   for (int t = 0; t < grid.threads; ++t) {
     coord.thread = thread_order(t);
+    if (observer_) observer_->begin_thread(coord);
     body(args, coord);
   }
 }

@@ -37,6 +37,14 @@ class IndexPermutation {
   std::uint64_t round_keys_[4];
 };
 
+/// Told before each (block, thread) of a launch runs: the GPU model (gpu_model.h) uses it to
+/// know whose accesses it sees.
+class ThreadObserver {
+ public:
+  virtual ~ThreadObserver() = default;
+  virtual void begin_thread(const GridCoord& coord) = 0;
+};
+
 /// Runs launches on the CPU; `threads` workers (0: all hardware threads).
 class HostExecutor {
  public:
@@ -53,6 +61,12 @@ class HostExecutor {
   std::uint64_t seed() const { return seed_; }
   /// Number of worker threads.
   int threads() const { return threads_; }
+  /// The same executor on one worker, telling `observer` before each thread runs.
+  HostExecutor observed_by(ThreadObserver* observer) const {
+    HostExecutor e(seed_, 1);
+    e.observer_ = observer;
+    return e;
+  }
 
  private:
   void run_block(GridShape grid, std::int64_t block, bool full_shuffle, Body body,
@@ -60,6 +74,7 @@ class HostExecutor {
 
   std::uint64_t seed_;
   int threads_;
+  ThreadObserver* observer_ = nullptr;
 };
 
 /// Run a typed kernel body, body(args, coord), on `executor`.

@@ -6,12 +6,49 @@
 
 namespace mlarope::host {
 
+namespace {
+
+const char* variant_name(detail::RopeVariant v) {
+  switch (v) {
+    case detail::RopeVariant::chunked_vector: return "chunked_vector";
+    case detail::RopeVariant::chunked_scalar: return "chunked_scalar";
+    case detail::RopeVariant::whole_slice_vector: return "whole_slice_vector";
+    case detail::RopeVariant::whole_slice_scalar: return "whole_slice_scalar";
+  }
+  return "?";
+}
+
+const char* variant_name(detail::KvVariant v) {
+  return v == detail::KvVariant::vector ? "vector" : "scalar";
+}
+
+std::string kernel_name(const char* op, const char* variant, DType dtype) {
+  return std::string(op) + "/" + variant + "/" + std::string(to_string(dtype));
+}
+
+}  // namespace
+
 HostStream::HostStream(const HostStreamOptions& options, const KernelTable& kernels)
     : executor_(options.seed, options.threads),
       kernels_(&kernels),
+      gpu_model_(options.gpu_model),
+      model_stats_(std::make_shared<std::vector<kernels::gpu_model::LaunchStats>>()),
       scratch_(std::make_unique<Scratch>()) {}
 
+void HostStream::set_footprint(const detail::Footprint& footprint) {
+  footprint_ = footprint;
+  footprint_.add_status("scratch", &scratch_->word);  // the cu_seqlens check's word
+}
+
+void throw_model_findings(const kernels::gpu_model::Recorder& recorder) {
+  if (recorder.findings().empty()) return;
+  std::string message = "GPU model: " + std::to_string(recorder.stats().errors) + " error(s)";
+  for (const std::string& f : recorder.findings()) message += "\n  " + f;
+  throw Error(message);
+}
+
 detail::LaunchProfile HostStream::profile() const {
+  if (gpu_model_) return detail::cuda_launch_profile();
   // Few threads per block: each host "thread" is a function call, so fewer, larger work
   // items amortise the row bookkeeping (freq_row, table loads) best.
   detail::LaunchProfile p;
@@ -32,19 +69,21 @@ void HostStream::clear_scratch_status() {
 }
 
 void HostStream::launch(const detail::CuSeqlensCheckLaunch& l) {
-  submit([l, run = kernels_->cu_seqlens_check](const HostExecutor& e) { run(e, l); });
+  submit_launch("cu_seqlens_check", kernels_->cu_seqlens_check, l);
 }
 void HostStream::launch(const detail::RopeLaunch& l) {
-  submit([l, run = kernels_->rope](const HostExecutor& e) { run(e, l); });
+  const char* op = l.args.rotation.adjoint ? "rope_backward" : "rope";
+  submit_launch(kernel_name(op, variant_name(l.variant), l.dtype), kernels_->rope, l);
 }
 void HostStream::launch(const detail::KvSplitLaunch& l) {
-  submit([l, run = kernels_->kv_split](const HostExecutor& e) { run(e, l); });
+  submit_launch(kernel_name("kv_split", variant_name(l.variant), l.dtype), kernels_->kv_split, l);
 }
 void HostStream::launch(const detail::KvSplitBackwardLaunch& l) {
-  submit([l, run = kernels_->kv_split_backward](const HostExecutor& e) { run(e, l); });
+  submit_launch(kernel_name("kv_split_backward", variant_name(l.variant), l.dtype),
+                kernels_->kv_split_backward, l);
 }
 void HostStream::launch(const detail::YarnLaunch& l) {
-  submit([l, run = kernels_->yarn](const HostExecutor& e) { run(e, l); });
+  submit_launch("yarn_tables", kernels_->yarn, l);
 }
 
 void HostStream::begin_capture() {

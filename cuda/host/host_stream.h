@@ -5,9 +5,11 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "host/host_executor.h"
+#include "host/gpu_model.h"
 #include "host/host_kernels.h"
 #include "launch/stream_impl.h"
 
@@ -33,6 +35,7 @@ class HostStream : public detail::StreamImpl {
   void launch(const detail::KvSplitLaunch& l) override;
   void launch(const detail::KvSplitBackwardLaunch& l) override;
   void launch(const detail::YarnLaunch& l) override;
+  void set_footprint(const detail::Footprint& footprint) override;
   void synchronize() override {}
   void begin_capture() override;
   std::unique_ptr<detail::GraphImpl> end_capture() override;
@@ -41,9 +44,18 @@ class HostStream : public detail::StreamImpl {
   /// Run `op` now, or record it while capturing.
   void submit(Operation op);
 
+  /// True for a stream of the GPU model (HostStreamOptions::gpu_model).
+  bool gpu_model() const { return gpu_model_; }
+  /// What the GPU model measured of each launch so far (empty in fast mode).
+  const std::vector<kernels::gpu_model::LaunchStats>& model_stats() const { return *model_stats_; }
+
  protected:
   /// The kernel bodies this stream runs.
   const KernelTable& kernels() const { return *kernels_; }
+  /// Enqueue `run(executor, l)`, named `kernel`; under the GPU model when this stream is one.
+  template <class Launch>
+  void submit_launch(std::string kernel, void (*run)(const HostExecutor&, const Launch&),
+                     const Launch& l, int repeats = 1);
 
  private:
   struct alignas(64) Scratch {
@@ -52,10 +64,36 @@ class HostStream : public detail::StreamImpl {
 
   HostExecutor executor_;
   const KernelTable* kernels_;
+  bool gpu_model_ = false;
+  detail::Footprint footprint_;
+  std::shared_ptr<std::vector<kernels::gpu_model::LaunchStats>> model_stats_;
   std::unique_ptr<Scratch> scratch_;
   bool capturing_ = false;
   std::vector<Operation> recorded_;
 };
+
+/// Throws mlarope::Error listing what the GPU model found in a launch (if anything).
+void throw_model_findings(const kernels::gpu_model::Recorder& recorder);
+
+template <class Launch>
+void HostStream::submit_launch(std::string kernel, void (*run)(const HostExecutor&, const Launch&),
+                               const Launch& l, int repeats) {
+  if (!gpu_model_) {
+    submit([run, l, repeats](const HostExecutor& e) {
+      for (int i = 0; i < repeats; ++i) run(e, l);
+    });
+    return;
+  }
+  submit([run, l, repeats, kernel = std::move(kernel), footprint = footprint_,
+          stats = model_stats_](const HostExecutor& e) {
+    for (int i = 0; i < repeats; ++i) {
+      kernels::gpu_model::Recorder recorder(kernel, footprint);
+      kernels::gpu_model::run_recorded(recorder, e, [&](const HostExecutor& r) { run(r, l); });
+      stats->push_back(recorder.stats());
+      throw_model_findings(recorder);
+    }
+  });
+}
 
 /// Launches recorded by a HostStream.
 class HostGraph final : public detail::GraphImpl {

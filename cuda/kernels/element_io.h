@@ -13,13 +13,13 @@ namespace mlarope::kernels {
 /// Element `index` of `p` as a float.
 template <class T>
 MLAROPE_HD MLAROPE_INLINE float load_element(const T* p, std::int64_t index) {
-  return to_float(p[index]);
+  return to_float(global_load(p + index));
 }
 
 /// Store `x`, rounded to nearest even, into element `index` of `p`.
 template <class T>
 MLAROPE_HD MLAROPE_INLINE void store_element(T* p, std::int64_t index, float x) {
-  p[index] = from_float<T>(x);
+  global_store(p + index, from_float<T>(x));
 }
 
 /// Bytes of one vector piece of K elements of T: at most 16 (one 128-bit access).
@@ -55,7 +55,15 @@ MLAROPE_HD MLAROPE_INLINE void set_piece_element(RawVector<kBytes>& r, int j, fl
 /// NOTE: `p` must be aligned to vector_piece_bytes<T, K>() (checked at dispatch).
 template <class T, int K>
 MLAROPE_HD MLAROPE_INLINE void load_vector(const T* p, float (&out)[K]) {
-#if defined(__CUDA_ARCH__)
+#if !defined(__CUDA_ARCH__)
+  if (!MLAROPE_DEVICE_PATHS()) {  // host fast mode: one copy, then SIMD conversions
+    T elements[K];
+    std::memcpy(elements, p, sizeof elements);
+    MLAROPE_SIMD
+    for (int j = 0; j < K; ++j) out[j] = to_float(elements[j]);
+    return;
+  }
+#endif
   constexpr int kBytes = vector_piece_bytes<T, K>();
   constexpr int kPerPiece = kBytes / static_cast<int>(sizeof(T));
   MLAROPE_UNROLL
@@ -64,18 +72,20 @@ MLAROPE_HD MLAROPE_INLINE void load_vector(const T* p, float (&out)[K]) {
     MLAROPE_UNROLL
     for (int j = 0; j < kPerPiece; ++j) out[piece * kPerPiece + j] = piece_element<T, kBytes>(r, j);
   }
-#else  // one copy, then element conversions the host compiler turns into SIMD
-  T elements[K];
-  std::memcpy(elements, p, sizeof elements);
-  MLAROPE_SIMD
-  for (int j = 0; j < K; ++j) out[j] = to_float(elements[j]);
-#endif
 }
 
 /// Store K floats, rounded to T, as contiguous elements at `p` with aligned vector stores.
 template <class T, int K>
 MLAROPE_HD MLAROPE_INLINE void store_vector(T* p, const float (&in)[K]) {
-#if defined(__CUDA_ARCH__)
+#if !defined(__CUDA_ARCH__)
+  if (!MLAROPE_DEVICE_PATHS()) {  // host fast mode: SIMD conversions, then one copy
+    T elements[K];
+    MLAROPE_SIMD
+    for (int j = 0; j < K; ++j) elements[j] = from_float<T>(in[j]);
+    std::memcpy(p, elements, sizeof elements);
+    return;
+  }
+#endif
   constexpr int kBytes = vector_piece_bytes<T, K>();
   constexpr int kPerPiece = kBytes / static_cast<int>(sizeof(T));
   MLAROPE_UNROLL
@@ -85,12 +95,6 @@ MLAROPE_HD MLAROPE_INLINE void store_vector(T* p, const float (&in)[K]) {
     for (int j = 0; j < kPerPiece; ++j) set_piece_element<T, kBytes>(r, j, in[piece * kPerPiece + j]);
     store_raw<kBytes>(p + piece * kPerPiece, r);
   }
-#else
-  T elements[K];
-  MLAROPE_SIMD
-  for (int j = 0; j < K; ++j) elements[j] = from_float<T>(in[j]);
-  std::memcpy(p, elements, sizeof elements);
-#endif
 }
 
 /// A table (cos or sin) row-major with a free row stride; its dtype is a runtime value.
@@ -103,16 +107,16 @@ struct TableView {
 MLAROPE_HD MLAROPE_INLINE float load_table_element(const void* base, DType dtype,
                                                    std::int64_t index) {
   switch (dtype) {
-    case DType::f16: return to_float(static_cast<const Half*>(base)[index]);
-    case DType::bf16: return to_float(static_cast<const BFloat16*>(base)[index]);
-    default: return static_cast<const float*>(base)[index];
+    case DType::f16: return to_float(global_load(static_cast<const Half*>(base) + index));
+    case DType::bf16: return to_float(global_load(static_cast<const BFloat16*>(base) + index));
+    default: return global_load(static_cast<const float*>(base) + index);
   }
 }
 
 /// Copy element `index` of `src` to `dst` bit for bit (no conversion: NaN payloads kept).
 template <class T>
 MLAROPE_HD MLAROPE_INLINE void copy_element(const T* src, T* dst, std::int64_t index) {
-  dst[index] = src[index];
+  global_store(dst + index, global_load(src + index));
 }
 
 }  // namespace mlarope::kernels

@@ -35,7 +35,7 @@ MLAROPE_HD MLAROPE_INLINE RowPlan checked_plan(const PositionArgs& p, std::int64
 
 /// Global tokens before sequence i: cu[i] - cu[0].
 MLAROPE_HD MLAROPE_INLINE std::int64_t global_start(const PositionArgs& p, std::int64_t i) {
-  return static_cast<std::int64_t>(p.cu_seqlens[i]) - p.cu_seqlens[0];
+  return static_cast<std::int64_t>(global_load(p.cu_seqlens + i)) - global_load(p.cu_seqlens);
 }
 
 /// Local start of sequence i: (cu[i] - cu[0]) / cp_size.
@@ -60,19 +60,19 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t find_sequence(const PositionArgs& p, std:
 
 /// Element r of the position_ids array.
 MLAROPE_HD MLAROPE_INLINE std::int64_t position_id(const PositionArgs& p, std::int64_t r) {
-  if (p.position_ids_type == IndexType::i64) return static_cast<const std::int64_t*>(p.position_ids)[r];
-  return static_cast<const std::int32_t*>(p.position_ids)[r];
+  if (p.position_ids_type == IndexType::i64) return global_load(static_cast<const std::int64_t*>(p.position_ids) + r);
+  return global_load(static_cast<const std::int32_t*>(p.position_ids) + r);
 }
 
 /// The plan of THD row r (the call-level cu_seqlens gate is applied before).
 MLAROPE_HD MLAROPE_INLINE RowPlan plan_thd_row(const PositionArgs& p, std::int64_t r, bool report) {
   const std::int64_t i = find_sequence(p, r);
   if (i >= p.num_sequences) return {0, false};  // padding row
-  const std::int64_t start = p.cu_seqlens[i];
-  const std::int64_t len = quotient(static_cast<std::int64_t>(p.cu_seqlens[i + 1]) - start, p.cp_size);
+  const std::int64_t start = global_load(p.cu_seqlens + i);
+  const std::int64_t len = quotient(static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) - start, p.cp_size);
   std::int64_t freq_row = cp_pos(r - local_start(p, i), len, p.cp_size, p.cp_rank);
   if (p.freq_mode == FreqMode::packed) freq_row += start;
-  if (p.seq_offsets != nullptr) freq_row += p.seq_offsets[i];
+  if (p.seq_offsets != nullptr) freq_row += global_load(p.seq_offsets + i);
   if (p.position_ids != nullptr) freq_row = position_id(p, r);
   return checked_plan(p, freq_row, report);
 }
@@ -82,7 +82,7 @@ MLAROPE_HD MLAROPE_INLINE RowPlan plan_sbhd_row(const PositionArgs& p, std::int6
                                                bool report) {
   const std::int64_t s = p.batch == 1 ? row : quotient(row, p.batch);
   std::int64_t freq_row = cp_pos(s, p.seq_len, p.cp_size, p.cp_rank);
-  if (p.seq_offsets != nullptr) freq_row += p.seq_offsets[row - s * p.batch];
+  if (p.seq_offsets != nullptr) freq_row += global_load(p.seq_offsets + (row - s * p.batch));
   return checked_plan(p, freq_row, report);
 }
 
@@ -93,7 +93,7 @@ MLAROPE_HD MLAROPE_INLINE bool call_passes_through(const PositionArgs& p, const 
   if (p.layout != TokenLayout::thd) return false;
   if (load_word(p.cu_check) != 0) return true;
   const std::int64_t total =
-      static_cast<std::int64_t>(p.cu_seqlens[p.num_sequences]) - p.cu_seqlens[0];
+      static_cast<std::int64_t>(global_load(p.cu_seqlens + p.num_sequences)) - global_load(p.cu_seqlens);
   if (total <= p.seq_len * p.cp_size) return false;
   if (g.block == 0 && g.thread == 0 && p.status != nullptr) atomic_or(p.status, kStatusBadCuSeqlens);
   return true;
@@ -110,7 +110,7 @@ MLAROPE_HD MLAROPE_INLINE RowPlan plan_row(const PositionArgs& p, std::int64_t r
 MLAROPE_HD inline void cu_seqlens_check_body(const CuSeqlensCheckArgs& a, const GridCoord& g) {
   const std::int64_t stride = g.num_blocks * g.num_threads;
   for (std::int64_t i = g.block * g.num_threads + g.thread; i < a.num_sequences; i += stride) {
-    const std::int64_t length = static_cast<std::int64_t>(a.cu_seqlens[i + 1]) - a.cu_seqlens[i];
+    const std::int64_t length = static_cast<std::int64_t>(global_load(a.cu_seqlens + i + 1)) - global_load(a.cu_seqlens + i);
     DeviceStatus bits = kStatusOk;
     if (length < 0) bits = kStatusBadCuSeqlens;
     else if (a.cp_size > 1 && length % (2 * a.cp_size) != 0) bits = kStatusBadSeqLength;

@@ -52,9 +52,11 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> load_pairs(const T* slice, PairLayou
   PairChunk<kPairs> c;
 #if defined(MLAROPE_HOST_SSE2)
   if constexpr (std::is_same_v<T, BFloat16> && kPairs == 4) {
-    if (layout == PairLayout::half) host_simd::load_half(slice + first, slice + half_dim + first, c.u, c.v);
-    else host_simd::load_interleaved(slice + 2 * first, c.u, c.v);
-    return c;
+    if (!MLAROPE_DEVICE_PATHS()) {
+      if (layout == PairLayout::half) host_simd::load_half(slice + first, slice + half_dim + first, c.u, c.v);
+      else host_simd::load_interleaved(slice + 2 * first, c.u, c.v);
+      return c;
+    }
   }
 #endif
   if constexpr (kPairs == 1) {
@@ -81,9 +83,11 @@ MLAROPE_HD MLAROPE_INLINE void store_pairs(T* slice, PairLayout layout, std::int
                                           std::int64_t first, const PairChunk<kPairs>& c) {
 #if defined(MLAROPE_HOST_SSE2)
   if constexpr (std::is_same_v<T, BFloat16> && kPairs == 4) {
-    if (layout == PairLayout::half) host_simd::store_half(slice + first, slice + half_dim + first, c.u, c.v);
-    else host_simd::store_interleaved(slice + 2 * first, c.u, c.v);
-    return;
+    if (!MLAROPE_DEVICE_PATHS()) {
+      if (layout == PairLayout::half) host_simd::store_half(slice + first, slice + half_dim + first, c.u, c.v);
+      else host_simd::store_interleaved(slice + 2 * first, c.u, c.v);
+      return;
+    }
   }
 #endif
   if constexpr (kPairs == 1) {

@@ -31,12 +31,56 @@
 
 namespace mlarope::kernels {
 
+// ---- Global memory ---------------------------------------------------------------------
+// Every load and store of a kernel body to a tensor, table, metadata array or status word goes
+// through global_load / global_store / the raw vector accesses / atomic_or / load_word below.
+// On the device they are plain accesses. On the host, while the GPU model checks a launch
+// (host/gpu_model.h: the model mode of the host backend), each access is first shown to the
+// model, which checks alignment, bounds and races and counts sectors; an access it refuses
+// (out of bounds) is not made. In the host's fast mode the model pointer is null.
+
+/// How a kernel body touches memory.
+enum class Access : std::uint8_t { load, store, atomic };
+
+#if !defined(__CUDACC__)
+namespace gpu_model {
+class Recorder;
+/// The model of the launch that this host thread runs, or nullptr (fast mode).
+extern __thread Recorder* t_recorder;
+/// Show one access to the model; false: the model refused it (it is not made).
+bool observe(Recorder& recorder, const void* address, int bytes, Access access);
+}  // namespace gpu_model
+#define MLAROPE_OBSERVE(address, bytes, access)                   \
+  (::mlarope::kernels::gpu_model::t_recorder == nullptr ||        \
+   ::mlarope::kernels::gpu_model::observe(*::mlarope::kernels::gpu_model::t_recorder, \
+                                          (address), (bytes), (access)))
+/// True where the kernel bodies take their device code paths: on the device, and on the
+/// host under the GPU model (strided work sharing, vector accesses in pieces).
+#define MLAROPE_DEVICE_PATHS() (::mlarope::kernels::gpu_model::t_recorder != nullptr)
+#else
+#define MLAROPE_OBSERVE(address, bytes, access) true
+#define MLAROPE_DEVICE_PATHS() true
+#endif
+
+/// *p, a load of global memory.
+template <class T>
+MLAROPE_HD MLAROPE_INLINE T global_load(const T* p) {
+  if (!MLAROPE_OBSERVE(p, static_cast<int>(sizeof(T)), Access::load)) return T{};
+  return *p;
+}
+
+/// *p = value, a store to global memory.
+template <class T>
+MLAROPE_HD MLAROPE_INLINE void global_store(T* p, T value) {
+  if (MLAROPE_OBSERVE(p, static_cast<int>(sizeof(T)), Access::store)) *p = value;
+}
+
 /// OR `bits` into a status word shared by every thread of a launch (order independent).
 MLAROPE_HD MLAROPE_INLINE void atomic_or(std::uint32_t* word, std::uint32_t bits) {
 #if defined(__CUDA_ARCH__)
   atomicOr(word, bits);
 #else
-  __atomic_fetch_or(word, bits, __ATOMIC_RELAXED);
+  if (MLAROPE_OBSERVE(word, 4, Access::atomic)) __atomic_fetch_or(word, bits, __ATOMIC_RELAXED);
 #endif
 }
 
@@ -45,6 +89,7 @@ MLAROPE_HD MLAROPE_INLINE std::uint32_t load_word(const std::uint32_t* word) {
 #if defined(__CUDA_ARCH__)
   return *word;
 #else
+  if (!MLAROPE_OBSERVE(word, 4, Access::atomic)) return 0;
   return __atomic_load_n(word, __ATOMIC_RELAXED);
 #endif
 }
@@ -80,18 +125,15 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t quotient(std::int64_t a, std::int64_t b) 
 }
 
 /// The share of `items` work items of thread `thread` of `num_threads`: items begin,
-/// begin + step, ... < end. On the device consecutive threads take consecutive items
-/// (coalesced accesses); on the host each thread takes one contiguous range (streaming
-/// accesses). Either way every item belongs to exactly one thread.
+/// begin + step, ... < end. On the device paths consecutive threads take consecutive items
+/// (coalesced accesses); in the host's fast mode each thread takes one contiguous range
+/// (streaming accesses). Either way every item belongs to exactly one thread.
 struct ItemRange {
   std::int64_t begin, end, step;
 };
 MLAROPE_HD MLAROPE_INLINE ItemRange share_of_items(std::int64_t items, int thread, int num_threads) {
-#if defined(__CUDA_ARCH__)
-  return {thread, items, num_threads};
-#else
+  if (MLAROPE_DEVICE_PATHS()) return {thread, items, num_threads};
   return {items * thread / num_threads, items * (thread + 1) / num_threads, 1};
-#endif
 }
 
 /// Storage of one IEEE binary16 element.
@@ -217,8 +259,8 @@ MLAROPE_HD MLAROPE_INLINE RawVector<kBytes> load_raw(const void* p) {
   }
   return r;
 #else
-  RawVector<kBytes> r;
-  std::memcpy(&r, p, kBytes);
+  RawVector<kBytes> r{};
+  if (MLAROPE_OBSERVE(p, kBytes, Access::load)) std::memcpy(&r, p, kBytes);
   return r;
 #endif
 }
@@ -236,7 +278,7 @@ MLAROPE_HD MLAROPE_INLINE void store_raw(void* p, const RawVector<kBytes>& r) {
   else
     __stwb(static_cast<unsigned int*>(p), r.words[0]);
 #else
-  std::memcpy(p, &r, kBytes);
+  if (MLAROPE_OBSERVE(p, kBytes, Access::store)) std::memcpy(p, &r, kBytes);
 #endif
 }
 

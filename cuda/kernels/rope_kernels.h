@@ -131,14 +131,14 @@ MLAROPE_HD inline void permute_slice(T* slice, std::int64_t emb_dim, PairLayout 
     std::int64_t j = moved_position(start, from, to, half_dim);
     while (j > start) j = moved_position(j, from, to, half_dim);
     if (j < start) continue;  // this cycle was moved from a smaller position
-    T carried = slice[start];
+    T carried = global_load(slice + start);
     for (j = moved_position(start, from, to, half_dim); j != start;
          j = moved_position(j, from, to, half_dim)) {
-      const T next = slice[j];
-      slice[j] = carried;
+      const T next = global_load(slice + j);
+      global_store(slice + j, carried);
       carried = next;
     }
-    slice[start] = carried;
+    global_store(slice + start, carried);
   }
 }
 

@@ -44,7 +44,7 @@ MLAROPE_HD inline void copy_head_segments(const HeadSegments<T>& s, bool vector,
       store_raw<16>(dst + item * kPerVector, load_raw<16>(src + item * kPerVector));
     for (; item < items && k < range.end; item += range.step, k += range.step) {
       const std::int64_t e = tail_start + (item - vectors);
-      dst[e] = src[e];
+      global_store(dst + e, global_load(src + e));
     }
     const std::int64_t wrapped = quotient(item, items);
     head += wrapped;

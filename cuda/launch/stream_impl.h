@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "launch/footprint.h"
 #include "launch/launches.h"
 #include "mlarope/backend.h"
 #include "mlarope/status.h"
@@ -16,6 +17,16 @@ struct LaunchProfile {
   std::int64_t thread_granularity = 32;  ///< threads per block are a multiple of this
   std::int64_t max_blocks = 1 << 20;     ///< larger grids loop over rows (grid-stride)
 };
+
+/// The launch profile of a CUDA GPU: the CUDA backend launches with it, and the host
+/// backend's GPU model runs every launch with exactly the geometry it gives.
+inline LaunchProfile cuda_launch_profile() {
+  LaunchProfile p;
+  p.max_threads = 128;
+  p.thread_granularity = 32;
+  p.max_blocks = std::int64_t{1} << 20;
+  return p;
+}
 
 class StreamImpl;
 
@@ -39,6 +50,9 @@ class StreamImpl {
   virtual DeviceStatus* scratch_status() = 0;
   /// Zero the scratch status word (a launch: ordered with the others, captured too).
   virtual void clear_scratch_status() = 0;
+  /// The tensors of the call whose launches follow (the GPU model checks accesses against
+  /// them; other backends ignore it).
+  virtual void set_footprint(const Footprint& footprint) { (void)footprint; }
   /// Enqueue one launch.
   virtual void launch(const CuSeqlensCheckLaunch& l) = 0;
   virtual void launch(const RopeLaunch& l) = 0;

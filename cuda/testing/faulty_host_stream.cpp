@@ -17,8 +17,6 @@ int g_kernel_fault = static_cast<int>(KernelFault::none);
 
 namespace {
 
-using host::HostExecutor;
-
 // Selects `fault` for the kernel bodies while it lives.
 class FaultScope {
  public:
@@ -33,62 +31,60 @@ class FaultScope {
   int saved_;
 };
 
-// A host stream running the faulty kernel table, each launch under its fault.
+// A host stream running the faulty kernel table. The fault is selected around each call
+// and each replay (FaultyHostStream), where the launches run.
 class FaultyStreamImpl final : public host::HostStream {
  public:
   FaultyStreamImpl(KernelFault fault, const HostStreamOptions& options)
       : HostStream(options, host::faulty_kernel_table()), fault_(fault) {}
 
-  void launch(const detail::CuSeqlensCheckLaunch& l) override {
-    submit_faulty(kernels().cu_seqlens_check, l, 1);
-  }
+  using HostStream::launch;
   // KernelFault::slow: rope out of place runs its whole grid kSlowRepeats times (the same
   // result). The whole grid, not a loop inside a block: a block's rows stay in cache, so
   // repeating them there costs little on a memory-bound kernel.
   void launch(const detail::RopeLaunch& l) override {
-    const bool slow = fault_ == KernelFault::slow && !l.args.in_place;
-    submit_faulty(kernels().rope, l, slow ? kSlowRepeats : 1);
+    if (fault_ == KernelFault::slow && !l.args.in_place)
+      submit_launch("rope/slow", kernels().rope, l, kSlowRepeats);
+    else
+      HostStream::launch(l);
   }
-  void launch(const detail::KvSplitLaunch& l) override { submit_faulty(kernels().kv_split, l, 1); }
-  void launch(const detail::KvSplitBackwardLaunch& l) override {
-    submit_faulty(kernels().kv_split_backward, l, 1);
-  }
-  void launch(const detail::YarnLaunch& l) override { submit_faulty(kernels().yarn, l, 1); }
 
  private:
-  template <class Launch>
-  void submit_faulty(void (*run)(const HostExecutor&, const Launch&), const Launch& l,
-                     int repeats) {
-    submit([run, l, repeats, fault = fault_](const HostExecutor& e) {
-      const FaultScope scope(fault);
-      for (int i = 0; i < repeats; ++i) run(e, l);
-    });
-  }
-
   KernelFault fault_;
 };
 
 }  // namespace
 
-FaultyHostStream::FaultyHostStream(KernelFault fault, std::uint64_t order_seed, int threads)
+FaultyHostStream::FaultyHostStream(KernelFault fault, std::uint64_t order_seed, int threads,
+                                   bool gpu_model)
     : fault_(fault),
       stream_(std::make_shared<Stream>(Stream::from_impl(std::make_unique<FaultyStreamImpl>(
-          fault, HostStreamOptions{order_seed, threads})))) {}
+          fault, HostStreamOptions{order_seed, threads, gpu_model})))) {}
 
 FaultyHostStream::~FaultyHostStream() = default;
 
-void FaultyHostStream::rope(const RopeCall& call) { mlarope::rope(call, *stream_); }
+void FaultyHostStream::rope(const RopeCall& call) {
+  const FaultScope scope(fault_);
+  mlarope::rope(call, *stream_);
+}
 void FaultyHostStream::rope_inplace(const RopeInplaceCall& call) {
+  const FaultScope scope(fault_);
   mlarope::rope_inplace(call, *stream_);
 }
 void FaultyHostStream::rope_backward(const RopeBackwardCall& call) {
+  const FaultScope scope(fault_);
   mlarope::rope_backward(call, *stream_);
 }
 void FaultyHostStream::rope_backward_inplace(const RopeBackwardInplaceCall& call) {
+  const FaultScope scope(fault_);
   mlarope::rope_backward_inplace(call, *stream_);
 }
-void FaultyHostStream::kv_split(const KvSplitCall& call) { mlarope::kv_split(call, *stream_); }
+void FaultyHostStream::kv_split(const KvSplitCall& call) {
+  const FaultScope scope(fault_);
+  mlarope::kv_split(call, *stream_);
+}
 void FaultyHostStream::kv_split_backward(const KvSplitBackwardCall& call) {
+  const FaultScope scope(fault_);
   mlarope::kv_split_backward(call, *stream_);
 }
 
@@ -96,7 +92,8 @@ void FaultyHostStream::begin_capture() { stream_->begin_capture(); }
 
 std::function<void()> FaultyHostStream::end_capture() {
   auto graph = std::make_shared<Graph>(stream_->end_capture());
-  return [stream = stream_, graph] {
+  return [stream = stream_, graph, fault = fault_] {
+    const FaultScope scope(fault);
     graph->replay(*stream);
     stream->synchronize();
   };

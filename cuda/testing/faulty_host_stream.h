@@ -25,8 +25,9 @@ namespace mlarope::fault_injection {
 class FaultyHostStream {
  public:
   /// A stream applying `fault`, drawing block and thread orders from `order_seed`, on
-  /// `threads` workers (0: all hardware threads).
-  explicit FaultyHostStream(KernelFault fault, std::uint64_t order_seed = 0, int threads = 0);
+  /// `threads` workers (0: all hardware threads); under the GPU model with `gpu_model`.
+  explicit FaultyHostStream(KernelFault fault, std::uint64_t order_seed = 0, int threads = 0,
+                            bool gpu_model = false);
   ~FaultyHostStream();
   FaultyHostStream(const FaultyHostStream&) = delete;
   FaultyHostStream& operator=(const FaultyHostStream&) = delete;

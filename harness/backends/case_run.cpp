@@ -142,6 +142,7 @@ std::vector<std::string> backend_names() {
 Backend find_backend(const std::string& name) {
   if (name == "reference") return reference_backend();
   if (name == "host") return host_backend();
+  if (name == "host-fast") return host_backend(0, HostMode::fast);
   if (name == "cuda") return cuda_backend();
   std::string known;
   for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;

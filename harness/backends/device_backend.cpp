@@ -100,10 +100,13 @@ class DeviceMirror {
 
 }  // namespace
 
-Backend host_backend(std::uint64_t order_seed) {
-  auto stream = std::make_shared<Stream>(Stream::host({order_seed, 0}));
+Backend host_backend(std::uint64_t order_seed, HostMode mode) {
+  HostStreamOptions options;
+  options.seed = order_seed;
+  options.gpu_model = mode == HostMode::gpu_model;
+  auto stream = std::make_shared<Stream>(Stream::host(options));
   Backend b;
-  b.name = "host";
+  b.name = mode == HostMode::gpu_model ? "host" : "host-fast";
   b.rope = on_stream<RopeCall>(stream, [](const RopeCall& c, Stream& s) { mlarope::rope(c, s); });
   b.rope_inplace = on_stream<RopeInplaceCall>(
       stream, [](const RopeInplaceCall& c, Stream& s) { mlarope::rope_inplace(c, s); });
@@ -115,7 +118,7 @@ Backend host_backend(std::uint64_t order_seed) {
       stream, [](const KvSplitCall& c, Stream& s) { mlarope::kv_split(c, s); });
   b.kv_split_backward = on_stream<KvSplitBackwardCall>(
       stream, [](const KvSplitBackwardCall& c, Stream& s) { mlarope::kv_split_backward(c, s); });
-  b.with_order_seed = [](std::uint64_t seed) { return host_backend(seed); };
+  b.with_order_seed = [mode](std::uint64_t seed) { return host_backend(seed, mode); };
   b.capture = [stream](const std::function<void()>& launches) -> std::function<void()> {
     stream->begin_capture();
     try {

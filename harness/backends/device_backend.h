@@ -8,10 +8,16 @@
 
 namespace mlarope::harness {
 
+/// How the host backend runs the kernel bodies.
+enum class HostMode : std::uint8_t {
+  gpu_model,  ///< "host": a model of the GPU (HostStreamOptions::gpu_model), for the checks
+  fast,       ///< "host-fast": host work sharing and SIMD on all cores, for speed
+};
+
 /// The host backend: the kernel bodies on the CPU grid executor, with block and thread order
 /// drawn from `order_seed`. Host memory is its device memory, so calls run on the buffers
 /// given; it offers `with_order_seed` and `capture` (graph capture and replay).
-Backend host_backend(std::uint64_t order_seed = 0);
+Backend host_backend(std::uint64_t order_seed = 0, HostMode mode = HostMode::gpu_model);
 
 /// The CUDA backend: every call copies the memory its views span to the device, runs there,
 /// and copies the outputs back (so it checks the kernels, not the transfer). Throws

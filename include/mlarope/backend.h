@@ -33,6 +33,11 @@ bool cuda_device_available();
 struct HostStreamOptions {
   std::uint64_t seed = 0;  ///< draws the order of blocks and of threads within a block
   int threads = 0;         ///< worker threads over blocks; 0: all hardware threads
+  /// Run as a model of the GPU: the CUDA launch geometry and the kernels' device code paths,
+  /// one worker, every global access checked (alignment, bounds against the call's tensors,
+  /// races between threads) and counted (32-byte sectors per warp). A launch that breaks a
+  /// rule throws mlarope::Error naming the kernel, block, thread, address and size.
+  bool gpu_model = false;
 };
 
 namespace detail {

@@ -1,0 +1,191 @@
+// The GPU model of the host backend (see gpu_model.h).
+#include "host/gpu_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+namespace mlarope::kernels::gpu_model {
+
+__thread Recorder* t_recorder = nullptr;
+
+bool observe(Recorder& recorder, const void* address, int bytes, Access access) {
+  return recorder.observe(address, bytes, access);
+}
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr std::uintptr_t kSector = 32;
+constexpr std::size_t kMaxFindings = 8;
+
+const char* access_name(Access a) {
+  return a == Access::load ? "load" : a == Access::store ? "store" : "atomic";
+}
+
+// Visit the byte range [begin, end) of every innermost row of a region.
+template <class Visit>
+void for_each_row(const detail::TensorRegion& r, Visit visit) {
+  const int outer = r.rank - 1;
+  std::int64_t index[kMaxRank] = {};
+  const auto base = reinterpret_cast<std::uintptr_t>(r.data);
+  const auto row_bytes = static_cast<std::uintptr_t>(r.shape[outer] * r.element_bytes);
+  for (;;) {
+    std::int64_t offset = 0;
+    for (int d = 0; d < outer; ++d) offset += index[d] * r.strides[d];
+    const std::uintptr_t begin = base + static_cast<std::uintptr_t>(offset * r.element_bytes);
+    visit(begin, begin + row_bytes);
+    int d = outer - 1;
+    while (d >= 0 && ++index[d] == r.shape[d]) index[d--] = 0;
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+Recorder::Recorder(std::string kernel, const detail::Footprint& footprint)
+    : kernel_(std::move(kernel)), footprint_(footprint) {
+  build_intervals();
+  shadow_.resize(intervals_.size());
+}
+
+// Disjoint intervals of the footprint, each with the uses of the tensors covering it: a sweep
+// over the rows of every tensor (broadcast rows, stride 0, coincide and count once).
+void Recorder::build_intervals() {
+  std::map<std::uintptr_t, std::vector<int>> starts, ends;  // address -> regions
+  for (int i = 0; i < footprint_.count; ++i)
+    for_each_row(footprint_.regions[static_cast<std::size_t>(i)], [&](std::uintptr_t b, std::uintptr_t e) {
+      starts[b].push_back(i);
+      ends[e].push_back(i);
+    });
+  std::vector<std::uintptr_t> points;
+  for (const auto& [a, _] : starts) points.push_back(a);
+  for (const auto& [a, _] : ends) points.push_back(a);
+  std::sort(points.begin(), points.end());
+  points.erase(std::unique(points.begin(), points.end()), points.end());
+  std::vector<int> active(static_cast<std::size_t>(footprint_.count), 0);
+  for (std::size_t k = 0; k + 1 < points.size(); ++k) {
+    if (auto it = ends.find(points[k]); it != ends.end())
+      for (int r : it->second) --active[static_cast<std::size_t>(r)];
+    if (auto it = starts.find(points[k]); it != starts.end())
+      for (int r : it->second) ++active[static_cast<std::size_t>(r)];
+    Interval in{points[k], points[k + 1], -1, false, false, false};
+    for (int r = 0; r < footprint_.count; ++r) {
+      if (active[static_cast<std::size_t>(r)] <= 0) continue;
+      if (in.region < 0) in.region = r;
+      const detail::RegionUse use = footprint_.regions[static_cast<std::size_t>(r)].use;
+      in.readable |= use == detail::RegionUse::read || use == detail::RegionUse::read_write;
+      in.writable |= use == detail::RegionUse::write || use == detail::RegionUse::read_write;
+      in.atomic |= use == detail::RegionUse::atomic;
+    }
+    if (in.region < 0) continue;
+    Interval* last = intervals_.empty() ? nullptr : &intervals_.back();
+    if (last && last->end == in.begin && last->region == in.region &&
+        last->readable == in.readable && last->writable == in.writable && last->atomic == in.atomic)
+      last->end = in.end;
+    else
+      intervals_.push_back(in);
+  }
+}
+
+const Recorder::Interval* Recorder::find(std::uintptr_t address, int bytes) const {
+  auto it = std::upper_bound(intervals_.begin(), intervals_.end(), address,
+                             [](std::uintptr_t a, const Interval& in) { return a < in.begin; });
+  if (it == intervals_.begin()) return nullptr;
+  --it;
+  return address + static_cast<std::uintptr_t>(bytes) <= it->end ? &*it : nullptr;
+}
+
+void Recorder::begin_thread(const GridCoord& coord) {
+  coord_ = coord;
+  thread_id_ = coord.block * coord.num_threads + coord.thread;
+  sequence_ = 0;
+}
+
+void Recorder::report(const std::string& what, const void* address, int bytes) {
+  ++errors_;
+  if (findings_.size() >= kMaxFindings) return;
+  char where[160];
+  std::snprintf(where, sizeof where, "%s block %lld thread %d: ", kernel_.c_str(),
+                static_cast<long long>(coord_.block), coord_.thread);
+  char at[96];
+  std::snprintf(at, sizeof at, " (%d bytes at %p)", bytes, address);
+  findings_.push_back(where + what + at);
+}
+
+bool Recorder::observe(const void* address, int bytes, Access access) {
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  if (a % static_cast<std::uintptr_t>(bytes) != 0)
+    report(std::string("misaligned ") + std::to_string(bytes) + "-byte " + access_name(access), address, bytes);
+  const Interval* in = find(a, bytes);
+  if (in == nullptr) {
+    report(std::string("out-of-bounds ") + access_name(access) + ": outside every tensor of the call",
+           address, bytes);
+    return false;
+  }
+  const char* name = footprint_.regions[static_cast<std::size_t>(in->region)].name;
+  if (access == Access::atomic && !in->atomic)
+    report(std::string("atomic access to ") + name + ", which is not a status word", address, bytes);
+  if (access != Access::atomic && in->atomic)
+    report(std::string("plain ") + access_name(access) + " of status word " + name, address, bytes);
+  if (access == Access::store && !in->writable && !in->atomic)
+    report(std::string("store to input ") + name, address, bytes);
+  if (access == Access::load && !in->readable && in->writable)
+    report(std::string("load of output ") + name + " (an out-of-place output is write-only)",
+           address, bytes);
+  if (access == Access::atomic) return true;
+  check_race(*in, a, bytes, access);
+  count(a, bytes);
+  return true;
+}
+
+void Recorder::check_race(const Interval& in, std::uintptr_t address, int bytes, Access access) {
+  const auto index = static_cast<std::size_t>(&in - intervals_.data());
+  std::vector<Shadow>& shadow = shadow_[index];
+  if (shadow.empty()) shadow.resize(in.end - in.begin);
+  for (int k = 0; k < bytes; ++k) {
+    Shadow& s = shadow[address - in.begin + static_cast<std::uintptr_t>(k)];
+    const bool other_writer = s.writer >= 0 && s.writer != thread_id_;
+    const bool other_reader = s.many_readers || (s.reader >= 0 && s.reader != thread_id_);
+    if (other_writer || (access == Access::store && other_reader)) {
+      const std::int64_t other = other_writer ? s.writer : s.reader;
+      const std::int64_t threads = coord_.num_threads;
+      report(std::string("race: ") + access_name(access) + " of a byte that thread " +
+                 std::to_string(other % threads) + " of block " + std::to_string(other / threads) +
+                 (other_writer ? " wrote" : " read") + " in the same launch",
+             reinterpret_cast<const void*>(address), bytes);
+      return;  // one finding per access
+    }
+    if (access == Access::store) s.writer = thread_id_;
+    else if (s.reader < 0 || s.reader == thread_id_) s.reader = thread_id_;
+    else s.many_readers = true;
+  }
+}
+
+void Recorder::count(std::uintptr_t address, int bytes) {
+  ++accesses_;
+  requested_ += bytes;
+  WarpAccess& w = warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, sequence_++}];
+  w.bytes += bytes;
+  for (std::uintptr_t s = address / kSector; s <= (address + static_cast<std::uintptr_t>(bytes) - 1) / kSector; ++s) {
+    if (std::find(w.sectors.begin(), w.sectors.end(), s) == w.sectors.end()) w.sectors.push_back(s);
+    sectors_.insert(s);
+  }
+}
+
+LaunchStats Recorder::stats() const {
+  LaunchStats s;
+  s.kernel = kernel_;
+  s.blocks = coord_.num_blocks;
+  s.threads = coord_.num_threads;
+  s.accesses = accesses_;
+  s.requested_bytes = requested_;
+  for (const auto& [_, w] : warp_accesses_)
+    s.warp_sector_bytes += static_cast<std::int64_t>(w.sectors.size() * kSector);
+  s.dram_bytes = static_cast<std::int64_t>(sectors_.size() * kSector);
+  s.errors = errors_;
+  return s;
+}
+
+}  // namespace mlarope::kernels::gpu_model

@@ -1,0 +1,121 @@
+// The GPU model of the host backend (DESIGN.md rule 5): while a launch runs under a Recorder,
+// every global access of the kernel bodies (kernels/portability.h) is shown to it first. It
+// checks what a GPU would punish and counts what a GPU would fetch:
+//   - alignment: an access whose address is not a multiple of its size (a GPU's misaligned
+//     address fault);
+//   - bounds: an access outside the elements of every tensor of the call's footprint, gaps
+//     between the rows of a view included (compute-sanitizer memcheck); the access is not
+//     made. A store to an input, or a plain access to a status word, is an error too;
+//   - races: two threads of the launch writing one byte, or one writing a byte another reads
+//     (atomics excepted);
+//   - coalescing: per warp (32 consecutive threads of a block) and per access in program
+//     order, the distinct 32-byte sectors against the bytes requested; per launch, the
+//     distinct sectors touched (the predicted DRAM traffic).
+// The executor runs a recorded launch on one thread, calling begin_thread before each thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "host/host_executor.h"
+#include "kernels/portability.h"
+#include "launch/footprint.h"
+
+namespace mlarope::kernels::gpu_model {
+
+/// What the model measured of one launch.
+struct LaunchStats {
+  std::string kernel;                  ///< e.g. "rope/chunked_vector/bf16"
+  std::int64_t blocks = 0;
+  int threads = 0;
+  std::int64_t accesses = 0;           ///< loads and stores (atomics not counted)
+  std::int64_t requested_bytes = 0;    ///< bytes the accesses asked for
+  std::int64_t warp_sector_bytes = 0;  ///< sum over warp accesses of distinct sectors x 32
+  std::int64_t dram_bytes = 0;         ///< distinct sectors of the launch x 32
+  std::int64_t errors = 0;             ///< findings, all detectors together
+
+  /// requested / fetched over the warp accesses (1: perfectly coalesced).
+  double sector_efficiency() const {
+    return warp_sector_bytes > 0 ? static_cast<double>(requested_bytes) / warp_sector_bytes : 1.0;
+  }
+};
+
+/// The model of one launch.
+class Recorder final : public host::ThreadObserver {
+ public:
+  /// A launch of `kernel` that may touch the tensors of `footprint`.
+  Recorder(std::string kernel, const detail::Footprint& footprint);
+
+  void begin_thread(const GridCoord& coord) override;
+  /// Check and count one access; false when it must not be made (out of bounds).
+  bool observe(const void* address, int bytes, Access access);
+
+  /// The findings (the first few, each naming kernel, block, thread, address and size).
+  const std::vector<std::string>& findings() const { return findings_; }
+  /// The measurements; valid once the launch ran.
+  LaunchStats stats() const;
+
+ private:
+  struct Interval {  // disjoint byte range of the footprint
+    std::uintptr_t begin, end;
+    int region;         ///< index in the footprint of the first tensor covering it
+    bool readable, writable, atomic;
+  };
+  struct Shadow {  // per byte: the thread that wrote it, one that read it (-1: none)
+    std::int64_t writer = -1, reader = -1;
+    bool many_readers = false;
+  };
+  struct WarpAccess {
+    std::int64_t bytes = 0;
+    std::vector<std::uintptr_t> sectors;
+  };
+  struct WarpKey {  // the sequence-th access of the threads of one warp
+    std::int64_t block;
+    int warp;
+    std::int64_t sequence;
+    bool operator==(const WarpKey& o) const {
+      return block == o.block && warp == o.warp && sequence == o.sequence;
+    }
+  };
+  struct WarpKeyHash {
+    std::size_t operator()(const WarpKey& k) const {
+      return std::hash<std::int64_t>()((k.block * 64 + k.warp) * 1000003 + k.sequence);
+    }
+  };
+
+  void build_intervals();
+  const Interval* find(std::uintptr_t address, int bytes) const;
+  void report(const std::string& what, const void* address, int bytes);
+  void check_race(const Interval& in, std::uintptr_t address, int bytes, Access access);
+  void count(std::uintptr_t address, int bytes);
+
+  std::string kernel_;
+  detail::Footprint footprint_;
+  std::vector<Interval> intervals_;
+  std::vector<std::vector<Shadow>> shadow_;  ///< per interval, allocated on first access
+  GridCoord coord_;
+  std::int64_t thread_id_ = 0;   ///< block * threads + thread
+  std::int64_t sequence_ = 0;    ///< accesses of the current thread so far
+  std::unordered_map<WarpKey, WarpAccess, WarpKeyHash> warp_accesses_;
+  std::unordered_set<std::uintptr_t> sectors_;
+  std::int64_t accesses_ = 0, requested_ = 0, errors_ = 0;
+  std::vector<std::string> findings_;
+};
+
+/// Runs `run` (which launches on `executor`) under `recorder`: sets the thread's model
+/// pointer, so that the bodies take their device paths and show every access.
+template <class Run>
+void run_recorded(Recorder& recorder, const host::HostExecutor& executor, Run run) {
+  struct Scope {
+    explicit Scope(Recorder* r) : saved(t_recorder) { t_recorder = r; }
+    ~Scope() { t_recorder = saved; }
+    Recorder* saved;
+  } scope(&recorder);
+  const host::HostExecutor recorded = executor.observed_by(&recorder);
+  run(recorded);
+}
+
+}  // namespace mlarope::kernels::gpu_model
