@@ -166,13 +166,30 @@ void Recorder::check_race(const Interval& in, std::uintptr_t address, int bytes,
 void Recorder::count(std::uintptr_t address, int bytes) {
   ++accesses_;
   requested_ += bytes;
-  WarpAccess& w = warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, sequence_++}];
-  w.bytes += bytes;
-  for (std::uintptr_t s = address / kSector; s <= (address + static_cast<std::uintptr_t>(bytes) - 1) / kSector; ++s) {
-    if (std::find(w.sectors.begin(), w.sectors.end(), s) == w.sectors.end()) w.sectors.push_back(s);
-    sectors_.insert(s);
-  }
+  const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
+  warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, sequence_++}].ranges.emplace_back(address, end);
+  for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s) sectors_.insert(s);
 }
+
+namespace {
+
+// Distinct bytes and distinct 32-byte sectors of a set of byte ranges.
+std::pair<std::int64_t, std::int64_t> distinct_bytes_and_sectors(
+    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  std::int64_t bytes = 0, sectors = 0;
+  std::uintptr_t covered = 0, last_sector = ~std::uintptr_t{0};
+  for (const auto& [begin, end] : ranges) {
+    const std::uintptr_t from = std::max(begin, covered);
+    if (end > from) bytes += static_cast<std::int64_t>(end - from);
+    covered = std::max(covered, end);
+    for (std::uintptr_t s = begin / kSector; s <= (end - 1) / kSector; ++s)
+      if (last_sector == ~std::uintptr_t{0} || s > last_sector) ++sectors, last_sector = s;
+  }
+  return {bytes, sectors};
+}
+
+}  // namespace
 
 LaunchStats Recorder::stats() const {
   LaunchStats s;
@@ -181,8 +198,11 @@ LaunchStats Recorder::stats() const {
   s.threads = coord_.num_threads;
   s.accesses = accesses_;
   s.requested_bytes = requested_;
-  for (const auto& [_, w] : warp_accesses_)
-    s.warp_sector_bytes += static_cast<std::int64_t>(w.sectors.size() * kSector);
+  for (const auto& [_, w] : warp_accesses_) {
+    const auto [bytes, sectors] = distinct_bytes_and_sectors(w.ranges);
+    s.useful_bytes += bytes;
+    s.warp_sector_bytes += sectors * static_cast<std::int64_t>(kSector);
+  }
   s.dram_bytes = static_cast<std::int64_t>(sectors_.size() * kSector);
   s.errors = errors_;
   return s;

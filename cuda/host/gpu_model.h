@@ -33,13 +33,15 @@ struct LaunchStats {
   int threads = 0;
   std::int64_t accesses = 0;           ///< loads and stores (atomics not counted)
   std::int64_t requested_bytes = 0;    ///< bytes the accesses asked for
+  std::int64_t useful_bytes = 0;       ///< sum over warp accesses of the distinct bytes asked for
   std::int64_t warp_sector_bytes = 0;  ///< sum over warp accesses of distinct sectors x 32
   std::int64_t dram_bytes = 0;         ///< distinct sectors of the launch x 32
   std::int64_t errors = 0;             ///< findings, all detectors together
 
-  /// requested / fetched over the warp accesses (1: perfectly coalesced).
+  /// Distinct bytes requested / bytes of the sectors fetched, over the warp accesses (1:
+  /// perfectly coalesced; threads of a warp reading the same bytes count them once).
   double sector_efficiency() const {
-    return warp_sector_bytes > 0 ? static_cast<double>(requested_bytes) / warp_sector_bytes : 1.0;
+    return warp_sector_bytes > 0 ? static_cast<double>(useful_bytes) / warp_sector_bytes : 1.0;
   }
 };
 
@@ -68,9 +70,8 @@ class Recorder final : public host::ThreadObserver {
     std::int64_t writer = -1, reader = -1;
     bool many_readers = false;
   };
-  struct WarpAccess {
-    std::int64_t bytes = 0;
-    std::vector<std::uintptr_t> sectors;
+  struct WarpAccess {  // the byte ranges [first, second) the threads of a warp asked for
+    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
   };
   struct WarpKey {  // the sequence-th access of the threads of one warp
     std::int64_t block;

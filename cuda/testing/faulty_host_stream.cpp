@@ -42,12 +42,28 @@ class FaultyStreamImpl final : public host::HostStream {
   // KernelFault::slow: rope out of place runs its whole grid kSlowRepeats times (the same
   // result). The whole grid, not a loop inside a block: a block's rows stay in cache, so
   // repeating them there costs little on a memory-bound kernel.
+  // KernelFault::vector_either_aligned: the launch builder's vector-copy condition with || for
+  // && (16-byte copies when only one of t and out is aligned: a misaligned access on a GPU).
   void launch(const detail::RopeLaunch& l) override {
-    if (fault_ == KernelFault::slow && !l.args.in_place)
+    if (fault_ == KernelFault::slow && !l.args.in_place) {
       submit_launch("rope/slow", kernels().rope, l, kSlowRepeats);
-    else
-      HostStream::launch(l);
+      return;
+    }
+    detail::RopeLaunch changed = l;
+    if (fault_ == KernelFault::vector_either_aligned)
+      changed.args.copy_vector = aligned(l.args.in, l.dtype) || aligned(l.args.out, l.dtype);
+    HostStream::launch(changed);
   }
+
+ private:
+  template <class Void>
+  static bool aligned(const kernels::ActivationView<Void>& v, DType dtype) {
+    const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+    return reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0 && v.seq_stride * size % 16 == 0 &&
+           v.batch_stride * size % 16 == 0 && v.head_stride * size % 16 == 0;
+  }
+
+ public:
 
  private:
   KernelFault fault_;
@@ -100,5 +116,9 @@ std::function<void()> FaultyHostStream::end_capture() {
 }
 
 bool FaultyHostStream::capturing() const { return stream_->capturing(); }
+
+std::vector<kernels::gpu_model::LaunchStats> FaultyHostStream::model_stats() const {
+  return dynamic_cast<const host::HostStream&>(stream_->impl()).model_stats();
+}
 
 }  // namespace mlarope::fault_injection

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
+#include "host/gpu_model.h"
 #include "mlarope/backend.h"
 #include "mlarope/ops.h"
 #include "testing/kernel_faults.h"
@@ -51,6 +53,8 @@ class FaultyHostStream {
   std::function<void()> end_capture();
   /// True between begin_capture and end_capture.
   bool capturing() const;
+  /// What the GPU model measured of each launch so far (empty without gpu_model).
+  std::vector<kernels::gpu_model::LaunchStats> model_stats() const;
 
  private:
   KernelFault fault_;

@@ -18,12 +18,20 @@ enum class KernelFault : int {
   nope_in_place,    ///< in place: the nope part of head 0 of each rotated row is negated
   table_stride,     ///< rope: head h reads table row freq_row + h (mod table rows)
   slow,             ///< rope out of place runs its whole grid 4 times (same result)
+  // Faults that leave the values right: the GPU model's detectors (and ASan) must see them.
+  vector_either_aligned,  ///< rope: 16-byte copies when either of t and out is aligned
+  store_past_end,         ///< kv_split: a store one element past the end of value
+  shared_element,         ///< segment copies: two threads write one element (a race)
+  contiguous_copy_ranges, ///< segment copies: a contiguous range per thread (coalescing)
+  local_array_overflow,   ///< rope (whole-slice vector): a store past a local array (ASan)
 };
 
 /// Every fault but `none`.
 inline std::vector<KernelFault> all_kernel_faults() {
-  return {KernelFault::cp_chunk,       KernelFault::thd_search,   KernelFault::dropped_inverse,
-          KernelFault::nope_in_place,  KernelFault::table_stride, KernelFault::slow};
+  return {KernelFault::cp_chunk,       KernelFault::thd_search,     KernelFault::dropped_inverse,
+          KernelFault::nope_in_place,  KernelFault::table_stride,   KernelFault::slow,
+          KernelFault::vector_either_aligned, KernelFault::store_past_end,
+          KernelFault::shared_element, KernelFault::contiguous_copy_ranges,  KernelFault::local_array_overflow};
 }
 
 /// "none", "cp_chunk", ...
@@ -36,6 +44,11 @@ inline std::string_view to_string(KernelFault fault) {
     case KernelFault::nope_in_place: return "nope_in_place";
     case KernelFault::table_stride: return "table_stride";
     case KernelFault::slow: return "slow";
+    case KernelFault::vector_either_aligned: return "vector_either_aligned";
+    case KernelFault::store_past_end: return "store_past_end";
+    case KernelFault::shared_element: return "shared_element";
+    case KernelFault::contiguous_copy_ranges: return "contiguous_copy_ranges";
+    case KernelFault::local_array_overflow: return "local_array_overflow";
   }
   return "?";
 }

@@ -3,8 +3,8 @@
 // The production sources hold no fault code. This tool copies the kernel headers named on the
 // command line and host/host_kernels.cpp into an output folder and applies, in the copies,
 // the edits of a fault list (kernel_faults.txt): each edit replaces an expression E by
-// `(MLAROPE_FAULT(name) ? (E') : (E))` or inserts `if (MLAROPE_FAULT(name)) { S }` before an
-// anchor line, so one compiled copy holds every fault, selected at run time
+// `(MLAROPE_FAULT(name) ? (E') : (E))` or inserts `if (MLAROPE_FAULT(name)) { S }` before or
+// after an anchor, so one compiled copy holds every fault, selected at run time
 // (fault_selector.h). The copies of the kernel headers move into the inline namespace
 // mlarope::kernels::faulty, and kernel_table() of host_kernels.cpp becomes
 // faulty_kernel_table(), so the copies link beside the production build in one binary.
@@ -27,7 +27,7 @@ namespace {
 struct Edit {
   std::string fault;
   std::string file;
-  std::string kind;  // "expression" or "before"
+  std::string kind;  // "expression", "before" or "after"
   std::string text;  // the expression, or the anchor line
   std::string replacement;  // the faulty expression, or the statement to insert
   int count = 1;
@@ -54,8 +54,8 @@ std::string trim(const std::string& s) {
 }
 
 // The fault list: "key: value" lines; '#' starts a comment line. "fault:" names the fault of
-// the edits that follow; "file:" starts an edit; then "expression:" + "becomes:" or
-// "before:" + "insert:", and optionally "count:".
+// the edits that follow; "file:" starts an edit; then "expression:" + "becomes:", or
+// "before:" / "after:" + "insert:", and optionally "count:".
 std::vector<Edit> parse_faults(const std::string& path) {
   std::istringstream in(read_file(path));
   std::vector<Edit> edits;
@@ -74,7 +74,7 @@ std::vector<Edit> parse_faults(const std::string& path) {
       edits.push_back({fault, value, "", "", "", 1, number});
     } else if (edits.empty()) {
       throw std::runtime_error(where + "'" + key + "' before any 'file'");
-    } else if (key == "expression" || key == "before") {
+    } else if (key == "expression" || key == "before" || key == "after") {
       edits.back().kind = key;
       edits.back().text = value;
     } else if (key == "becomes" || key == "insert") {
@@ -119,9 +119,10 @@ std::string apply_edit(const std::string& text, const Edit& e) {
     return replace_counted(text, e.text,
                            "(" + selected + " ? (" + e.replacement + ") : (" + e.text + "))",
                            e.count, context);
-  return replace_counted(text, e.text,
-                         "if (" + selected + ") { " + e.replacement + " }\n" + e.text, e.count,
-                         context);
+  const std::string inserted = "if (" + selected + ") { " + e.replacement + " }";
+  if (e.kind == "after")
+    return replace_counted(text, e.text, e.text + "\n" + inserted, e.count, context);
+  return replace_counted(text, e.text, inserted + "\n" + e.text, e.count, context);
 }
 
 // The structural rewrites that let the copy link beside the production build.

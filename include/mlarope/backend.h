@@ -82,6 +82,7 @@ class Stream {
 
   /// The backend implementation (library internal).
   detail::StreamImpl& impl() { return *impl_; }
+  const detail::StreamImpl& impl() const { return *impl_; }
 
  private:
   explicit Stream(std::unique_ptr<detail::StreamImpl> impl);
