@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up, build, and run every test through CTest (Release build, CUDA compiled when nvcc is
 # there); then the tests again in an AddressSanitizer + UndefinedBehaviorSanitizer build of the
-# host side; then a short fuzz, the benchmark smoke set and the report with the regression gate.
+# host side, and a fuzz slice in that build; then a short fuzz, the benchmark smoke set and the
+# report with the regression gate.
 # MLAROPE_SKIP_SANITIZE=1 skips the sanitizer build, MLAROPE_SKIP_EXTRA=1 the fuzz/bench/report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,10 @@ if [ "${MLAROPE_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "test: sanitizer build (ASan + UBSan, no CUDA, no benchmarks)"
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo bash ci/build.sh -DMLAROPE_SANITIZE=ON -DMLAROPE_CUDA=OFF -DMLAROPE_BENCH=OFF
   ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
+  echo "test: fuzz slice under ASan + UBSan (${ASAN_FUZZ_SECONDS:-30} s, the host backend's GPU model)"
+  rm -rf out/asan-fuzz
+  build-asan/mlarope fuzz --seconds "${ASAN_FUZZ_SECONDS:-30}" --backend host --jobs "$(nproc)" \
+    --seed 4242 --out out/asan-fuzz | tail -n 4
 fi
 if [ "${MLAROPE_SKIP_EXTRA:-0}" != 1 ]; then
   bash ci/ci-extra.sh build out/ci

@@ -29,6 +29,11 @@ Stream Stream::cuda() { return Stream(detail::cuda::make_stream()); }
 
 Stream Stream::create(BackendKind kind) { return kind == BackendKind::host ? host() : cuda(); }
 
+std::vector<ModelLaunchStats> take_model_stats(Stream& stream) {
+  auto* host = dynamic_cast<host::HostStream*>(&stream.impl());
+  return host ? host->take_model_stats() : std::vector<ModelLaunchStats>{};
+}
+
 Stream Stream::from_impl(std::unique_ptr<detail::StreamImpl> impl) { return Stream(std::move(impl)); }
 
 BackendKind Stream::kind() const { return impl_->kind(); }

@@ -23,27 +23,12 @@
 #include "host/host_executor.h"
 #include "kernels/portability.h"
 #include "launch/footprint.h"
+#include "mlarope/backend.h"
 
 namespace mlarope::kernels::gpu_model {
 
 /// What the model measured of one launch.
-struct LaunchStats {
-  std::string kernel;                  ///< e.g. "rope/chunked_vector/bf16"
-  std::int64_t blocks = 0;
-  int threads = 0;
-  std::int64_t accesses = 0;           ///< loads and stores (atomics not counted)
-  std::int64_t requested_bytes = 0;    ///< bytes the accesses asked for
-  std::int64_t useful_bytes = 0;       ///< sum over warp accesses of the distinct bytes asked for
-  std::int64_t warp_sector_bytes = 0;  ///< sum over warp accesses of distinct sectors x 32
-  std::int64_t dram_bytes = 0;         ///< distinct sectors of the launch x 32
-  std::int64_t errors = 0;             ///< findings, all detectors together
-
-  /// Distinct bytes requested / bytes of the sectors fetched, over the warp accesses (1:
-  /// perfectly coalesced; threads of a warp reading the same bytes count them once).
-  double sector_efficiency() const {
-    return warp_sector_bytes > 0 ? static_cast<double>(useful_bytes) / warp_sector_bytes : 1.0;
-  }
-};
+using LaunchStats = ModelLaunchStats;
 
 /// The model of one launch.
 class Recorder final : public host::ThreadObserver {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host/host_executor.h"
@@ -48,6 +49,8 @@ class HostStream : public detail::StreamImpl {
   bool gpu_model() const { return gpu_model_; }
   /// What the GPU model measured of each launch so far (empty in fast mode).
   const std::vector<kernels::gpu_model::LaunchStats>& model_stats() const { return *model_stats_; }
+  /// model_stats(), emptied.
+  std::vector<kernels::gpu_model::LaunchStats> take_model_stats() { return std::exchange(*model_stats_, {}); }
 
  protected:
   /// The kernel bodies this stream runs.

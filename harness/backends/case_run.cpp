@@ -133,6 +133,32 @@ Backend reference_backend() {
   return b;
 }
 
+std::int64_t minimum_bytes(const Case& c) {
+  const CaseConfig& k = c.config;
+  const auto bytes_of = [&](const char* name) -> std::int64_t {
+    const auto it = c.arrays.find(name);
+    return it == c.arrays.end() ? 0 : static_cast<std::int64_t>(it->second.bytes.size());
+  };
+  const char* activation = k.op == Op::rope ? "t" : k.op == Op::rope_backward ? "grad_out"
+                         : k.op == Op::kv_split ? "kv" : "grad_key";
+  const auto it = c.arrays.find(activation);
+  if (it == c.arrays.end() || it->second.shape.empty()) return 0;
+  const std::vector<std::int64_t>& shape = it->second.shape;
+  const std::int64_t rows = k.layout == TokenLayout::sbhd ? shape[0] * shape[1] : shape[0];
+  const std::int64_t heads = shape[shape.size() - 2];
+  const auto size = static_cast<std::int64_t>(dtype_size(k.dtype));
+  std::int64_t total = 2 * rows * k.emb_dim * static_cast<std::int64_t>(dtype_size(k.table_dtype));
+  total += bytes_of("cu_seqlens") + bytes_of("position_ids") + bytes_of("seq_offsets");
+  const bool rope_family = k.op == Op::rope || k.op == Op::rope_backward;
+  if (rope_family && k.in_place) return total + 2 * rows * heads * k.emb_dim * size;
+  if (rope_family) return total + 2 * bytes_of(activation);
+  if (k.op == Op::kv_split)  // read kv and k_pe; write key and value
+    return total + bytes_of("kv") + bytes_of("k_pe") + rows * heads * (k.k_dim + k.emb_dim + k.v_dim) * size;
+  // kv_split_backward: read grad_key and grad_value; write grad_kv and grad_k_pe
+  return total + bytes_of("grad_key") + bytes_of("grad_value") +
+         rows * (heads * (k.k_dim + k.v_dim) + k.emb_dim) * size;
+}
+
 std::vector<std::string> backend_names() {
   std::vector<std::string> names = {"reference", "host"};
   if (cuda_device_available()) names.push_back("cuda");

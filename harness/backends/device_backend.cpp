@@ -119,6 +119,7 @@ Backend host_backend(std::uint64_t order_seed, HostMode mode) {
   b.kv_split_backward = on_stream<KvSplitBackwardCall>(
       stream, [](const KvSplitBackwardCall& c, Stream& s) { mlarope::kv_split_backward(c, s); });
   b.with_order_seed = [mode](std::uint64_t seed) { return host_backend(seed, mode); };
+  b.take_model_stats = [stream] { return take_model_stats(*stream); };
   b.capture = [stream](const std::function<void()>& launches) -> std::function<void()> {
     stream->begin_capture();
     try {

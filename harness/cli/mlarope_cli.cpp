@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 
 #include "broken_backends.h"
@@ -66,6 +67,21 @@ struct RunOptions {
   std::string out_dir;
 };
 
+// What the host backend's GPU model measured: per launch, the grid and the sector efficiency;
+// for the call, the predicted DRAM bytes against the minimum of the performance model.
+void print_model_stats(const std::vector<ModelLaunchStats>& launches, std::int64_t minimum) {
+  std::int64_t dram = 0;
+  for (const ModelLaunchStats& s : launches) {
+    std::cout << "  GPU model: " << s.kernel << ", grid " << s.blocks << " x " << s.threads
+              << ", sector efficiency " << std::setprecision(3) << s.sector_efficiency() << "\n";
+    dram += s.dram_bytes;
+  }
+  if (launches.empty() || minimum <= 0) return;
+  std::cout << "  GPU model: predicted DRAM " << dram << " bytes = " << std::setprecision(3)
+            << static_cast<double>(dram) / static_cast<double>(minimum) << " x the minimum ("
+            << minimum << " bytes)\n" << std::setprecision(6);
+}
+
 // mlarope run: read, run, write, and compare with expected_<name>.npy where the case has them.
 int run_command(const RunOptions& o) {
   const Case c = read_case(o.case_dir);
@@ -77,6 +93,7 @@ int run_command(const RunOptions& o) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::cout << "  backend " << backend.name << ": " << ms << " ms, device status "
             << describe_status(outputs.status) << "\n";
+  if (backend.take_model_stats) print_model_stats(backend.take_model_stats(), minimum_bytes(c));
   if (!o.out_dir.empty()) write_outputs(o.out_dir, outputs);
   // The reference rounds once: within 1 ulp. Optimized backends: DESIGN.md's tolerance model.
   const bool is_reference = backend.name == "reference";

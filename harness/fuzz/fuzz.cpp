@@ -100,6 +100,8 @@ struct Worker {
       invalid.message = std::string("the generated case is invalid: ") + e.what();
       report.results.push_back(invalid);
     }
+    if (backend.take_model_stats)
+      for (const ModelLaunchStats& s : backend.take_model_stats()) stats.model[s.kernel].add(s);
     count_case(stats, spec, report);
     if (!report.ok()) record_failure(index, seed, spec, c, check_options, report);
   }

@@ -39,6 +39,28 @@ struct FuzzFailure {
   std::vector<std::pair<std::string, std::string>> checks;  ///< (check, message) that failed
 };
 
+/// What the host backend's GPU model measured of one kernel over a run.
+struct ModelTally {
+  std::int64_t launches = 0;
+  std::int64_t useful_bytes = 0, warp_sector_bytes = 0, dram_bytes = 0;
+  void add(const ModelLaunchStats& s) {
+    ++launches;
+    useful_bytes += s.useful_bytes;
+    warp_sector_bytes += s.warp_sector_bytes;
+    dram_bytes += s.dram_bytes;
+  }
+  void merge(const ModelTally& o) {
+    launches += o.launches;
+    useful_bytes += o.useful_bytes;
+    warp_sector_bytes += o.warp_sector_bytes;
+    dram_bytes += o.dram_bytes;
+  }
+  /// Distinct bytes asked for / sector bytes fetched, over every warp access of the kernel.
+  double sector_efficiency() const {
+    return warp_sector_bytes > 0 ? static_cast<double>(useful_bytes) / static_cast<double>(warp_sector_bytes) : 1.0;
+  }
+};
+
 /// What a fuzz run saw.
 struct FuzzStats {
   std::int64_t cases = 0;
@@ -47,6 +69,7 @@ struct FuzzStats {
   std::map<std::string, std::map<std::string, std::int64_t>> counts;  ///< dimension -> value -> cases
   std::map<std::string, std::array<std::int64_t, 3>> checks;          ///< check -> pass, fail, skip
   std::map<std::string, UlpHistogram> ulps;                           ///< dtype -> value errors
+  std::map<std::string, ModelTally> model;  ///< kernel -> the GPU model's tally (backend host)
   std::vector<FuzzFailure> failures;
 
   /// Add the counts of another worker.

@@ -15,6 +15,7 @@ void FuzzStats::merge(const FuzzStats& other) {
   for (const auto& [check, n] : other.checks)
     for (int i = 0; i < 3; ++i) checks[check][i] += n[i];
   for (const auto& [dtype, h] : other.ulps) ulps[dtype].merge(h);
+  for (const auto& [kernel, t] : other.model) model[kernel].merge(t);
   failures.insert(failures.end(), other.failures.begin(), other.failures.end());
   std::sort(failures.begin(), failures.end(),
             [](const FuzzFailure& a, const FuzzFailure& b) { return a.index < b.index; });
@@ -44,6 +45,12 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
     ulps[dtype] = {{"max_ulps", h.max_ulps}, {"buckets", buckets}};
   }
   j["ulp_histograms"] = ulps;
+  nlohmann::json model;
+  for (const auto& [kernel, t] : s.model)
+    model[kernel] = {{"launches", t.launches}, {"sector_efficiency", t.sector_efficiency()},
+                     {"useful_bytes", t.useful_bytes}, {"warp_sector_bytes", t.warp_sector_bytes},
+                     {"dram_bytes", t.dram_bytes}};
+  if (!s.model.empty()) j["gpu_model"] = model;
   nlohmann::json failures = nlohmann::json::array();
   for (const FuzzFailure& f : s.failures) {
     nlohmann::json fc = nlohmann::json::array();
@@ -69,6 +76,17 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
     char line[64];
     std::snprintf(line, sizeof line, "  %s: max %.3g ulp", dtype.c_str(), h.max_ulps);
     out << line << "\n";
+  }
+  if (!s.model.empty()) {
+    out << "  GPU model, sector efficiency per kernel (launches):";
+    int shown = 0;
+    for (const auto& [kernel, t] : s.model) {
+      char item[128];
+      std::snprintf(item, sizeof item, "%s %.2f (%lld)", kernel.c_str(), t.sector_efficiency(),
+                    static_cast<long long>(t.launches));
+      out << (shown++ % 3 == 0 ? "\n    " : ", ") << item;
+    }
+    out << "\n";
   }
   out << "  failing cases: " << s.failing_cases << "\n";
   for (std::size_t i = 0; i < s.failures.size() && i < 5; ++i) {

@@ -11,7 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "mlarope/ops.h"
 
@@ -38,6 +40,26 @@ struct HostStreamOptions {
   /// races between threads) and counted (32-byte sectors per warp). A launch that breaks a
   /// rule throws mlarope::Error naming the kernel, block, thread, address and size.
   bool gpu_model = false;
+};
+
+/// What the GPU model of a host stream measured of one launch (HostStreamOptions::gpu_model).
+struct ModelLaunchStats {
+  std::string kernel;                  ///< op/variant/dtype, e.g. "rope/chunked_vector/bf16"
+  std::int64_t blocks = 0;
+  int threads = 0;                     ///< per block
+  std::int64_t accesses = 0;           ///< loads and stores (atomics not counted)
+  std::int64_t requested_bytes = 0;    ///< bytes the accesses asked for
+  std::int64_t useful_bytes = 0;       ///< sum over warp accesses of the distinct bytes asked for
+  std::int64_t warp_sector_bytes = 0;  ///< sum over warp accesses of distinct 32-byte sectors x 32
+  std::int64_t dram_bytes = 0;         ///< distinct sectors of the launch x 32: predicted DRAM traffic
+  std::int64_t errors = 0;             ///< alignment, bounds and race findings
+
+  /// Distinct bytes asked for / bytes of the sectors fetched, over the warp accesses (1:
+  /// perfectly coalesced; threads of a warp reading the same bytes count them once).
+  double sector_efficiency() const {
+    return warp_sector_bytes > 0 ? static_cast<double>(useful_bytes) / static_cast<double>(warp_sector_bytes)
+                                 : 1.0;
+  }
 };
 
 namespace detail {
@@ -150,6 +172,10 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
   BackendKind kind_ = BackendKind::host;
 };
+
+/// The launches that the GPU model measured on `stream` since the last take (empty unless
+/// `stream` is a host stream with HostStreamOptions::gpu_model).
+std::vector<ModelLaunchStats> take_model_stats(Stream& stream);
 
 /// rope out of place on `stream` (SPEC.md §4).
 void rope(const RopeCall& call, Stream& stream);
