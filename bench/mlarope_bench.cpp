@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -53,12 +55,32 @@ double copy_bandwidth() {
   return bandwidth;
 }
 
+// Allocations aligned like cudaMalloc's (256 bytes), so that where 32-byte sectors fall in the
+// buffers, and so the GPU model's figures, do not depend on the host allocator.
+template <class T>
+struct Aligned256 {
+  using value_type = T;
+  Aligned256() = default;
+  template <class U>
+  Aligned256(const Aligned256<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(256))); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(256)); }
+  template <class U>
+  bool operator==(const Aligned256<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const Aligned256<U>&) const { return false; }
+};
+template <class T>
+using DeviceLikeVector = std::vector<T, Aligned256<T>>;
+using Bytes = DeviceLikeVector<std::byte>;
+
 // `count` random values in [-1, 1]: a tile of 64 Ki values repeated (filling is not timed,
 // but it runs for every shape, so it must be quick).
-std::vector<std::byte> random_bytes(std::int64_t count, DType dtype, std::uint32_t seed) {
+Bytes random_bytes(std::int64_t count, DType dtype, std::uint32_t seed) {
   constexpr std::int64_t kTile = 1 << 16;
   const std::size_t size = dtype_size(dtype);
-  std::vector<std::byte> tile(kTile * size), v(count * size);
+  std::vector<std::byte> tile(kTile * size);
+  Bytes v(count * size);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> dist(-1, 1);
   for (std::int64_t i = 0; i < kTile; ++i) store_rounded(tile.data(), dtype, i, dist(rng));
@@ -70,11 +92,11 @@ std::vector<std::byte> random_bytes(std::int64_t count, DType dtype, std::uint32
 // Buffers and call descriptors of one benchmark.
 struct Fixture {
   Shape s;
-  std::vector<std::byte> a, b, k_pe, out2;
-  std::vector<float> cos, sin;
-  std::vector<std::int32_t> cu;
+  Bytes a, b, k_pe, out2;
+  DeviceLikeVector<float> cos, sin;
+  DeviceLikeVector<std::int32_t> cu;
 
-  explicit Fixture(const Shape& shape) : s(shape), cu(shape.cu_seqlens) {
+  explicit Fixture(const Shape& shape) : s(shape), cu(shape.cu_seqlens.begin(), shape.cu_seqlens.end()) {
     const std::int64_t rows = s.tokens, table_rows = s.tokens;
     a = random_bytes(rows * s.heads * (s.nope_dim + s.emb_dim + s.k_dim + s.v_dim), s.dtype, 1);
     b = random_bytes(rows * s.heads * (s.nope_dim + s.emb_dim + s.k_dim + s.v_dim), s.dtype, 2);
@@ -193,6 +215,31 @@ std::vector<std::unique_ptr<Fixture>>& fixtures_for(const Shape& shape, int sets
   return fixtures;
 }
 
+// The host backend's GPU model on `op` at `shape` cut to 16 tokens (the per-row access pattern
+// is the same at any length; the model checks and counts every access, so it is slow): the
+// sector efficiency of the launches and their predicted DRAM bytes over the op's minimum.
+// Computed once per (op, shape).
+std::pair<double, double> model_figures(BenchOp op, const Shape& shape) {
+  static std::map<std::string, std::pair<double, double>> cache;
+  const std::string key = to_string(op) + "/" + shape_label(shape);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  Shape small = shape;
+  small.tokens = 16;
+  if (small.layout == TokenLayout::thd) small.cu_seqlens = mixed_cu_seqlens(small.tokens);
+  Fixture fixture(small);
+  const harness::Backend model = harness::host_backend(0, harness::HostMode::gpu_model);
+  make_call(op, fixture, model)();
+  ModelLaunchStats total;
+  for (const ModelLaunchStats& s : model.take_model_stats()) {
+    total.useful_bytes += s.useful_bytes;
+    total.warp_sector_bytes += s.warp_sector_bytes;
+    total.dram_bytes += s.dram_bytes;
+  }
+  const auto figures = std::make_pair(
+      total.sector_efficiency(), static_cast<double>(total.dram_bytes) / static_cast<double>(minimum_bytes(op, small)));
+  return cache[key] = figures;
+}
+
 void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend backend) {
   const std::int64_t bytes = minimum_bytes(op, shape);
   const int sets = rotation_sets(bytes);
@@ -204,6 +251,11 @@ void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend b
   std::size_t next = 0;
   const double seconds = timed_loop(state, [&] { calls[next++ % calls.size()](); });
   set_counters(state, bytes, seconds);
+  if (backend.name == "host") {  // what the same kernels would do on a GPU, by the model
+    const auto [efficiency, dram_fraction] = model_figures(op, shape);
+    state.counters["model_sector_efficiency"] = efficiency;
+    state.counters["model_dram_fraction"] = dram_fraction;
+  }
 }
 
 // A plain parallel copy moving the same bytes as `op` (half read, half written).

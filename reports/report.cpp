@@ -195,6 +195,8 @@ std::vector<BenchResult> parse_benchmarks(const json& j, const std::string& wher
     r.gbps = number_or(b, "GBps", 0);
     r.floor_fraction = number_or(b, "floor_fraction", 0);
     r.bytes = number_or(b, "bytes", 0);
+    r.model_sector_efficiency = number_or(b, "model_sector_efficiency", NAN);
+    r.model_dram_fraction = number_or(b, "model_dram_fraction", NAN);
     results.push_back(r);
   }
   return results;
@@ -235,6 +237,16 @@ json make_baseline(const std::vector<BenchResult>& results, const std::string& b
   return b;
 }
 
+// One result per (op, shape) that carries the GPU model's figures, in op and shape order.
+static std::vector<const BenchResult*> model_rows(const std::vector<BenchResult>& bench) {
+  std::map<std::pair<std::string, std::string>, const BenchResult*> rows;
+  for (const BenchResult& r : bench)
+    if (!std::isnan(r.model_sector_efficiency)) rows.emplace(std::make_pair(r.op, r.shape), &r);
+  std::vector<const BenchResult*> out;
+  for (const auto& [_, r] : rows) out.push_back(r);
+  return out;
+}
+
 std::string markdown_summary(const std::vector<BenchResult>& bench,
                              const std::vector<FuzzReport>& fuzz, const GateResult* gate) {
   std::ostringstream md;
@@ -264,6 +276,15 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
         }
         md << "\n";
       }
+    md << "\n";
+  }
+  const auto model = model_rows(bench);
+  if (!model.empty()) {
+    md << "## GPU model (host backend, 16 tokens of each shape)\n\n"
+          "| op | shape | sector efficiency | predicted DRAM / minimum |\n|---|---|---|---|\n";
+    for (const BenchResult* r : model)
+      md << "| " << r->op << " | " << r->shape << " | " << fixed(r->model_sector_efficiency, 2) << " | "
+         << fixed(r->model_dram_fraction, 2) << " |\n";
     md << "\n";
   }
   if (gate) {
@@ -348,6 +369,20 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
       h << "<tr><td>" << escape(r.op) << "</td><td>" << escape(r.backend) << "</td><td>" << escape(r.shape)
         << "</td><td>" << fixed(r.time_ms, 3) << "</td><td>" << fixed(r.gbps, 1) << "</td><td>"
         << fixed(r.floor_fraction, 3) << "</td></tr>\n";
+    h << "</table>\n";
+  }
+  const auto model = model_rows(bench);
+  if (!model.empty()) {
+    h << "<h2>GPU model</h2><p>The host backend's model of a GPU on 16 tokens of each shape: "
+         "sector efficiency = distinct bytes the threads of a warp ask for / bytes of the 32-byte "
+         "sectors that access touches (1 = coalesced); predicted DRAM = distinct sectors touched "
+         "x 32 bytes, over the minimum bytes of the op (each input read once, each output "
+         "written once).</p>\n<table><tr><th>op</th><th>shape</th><th>sector efficiency</th>"
+         "<th>predicted DRAM / minimum</th></tr>\n";
+    for (const BenchResult* r : model)
+      h << "<tr><td>" << escape(r->op) << "</td><td>" << escape(r->shape) << "</td><td>"
+        << fixed(r->model_sector_efficiency, 3) << "</td><td>" << fixed(r->model_dram_fraction, 3)
+        << "</td></tr>\n";
     h << "</table>\n";
   }
   h << "</body></html>\n";

@@ -16,6 +16,10 @@ struct BenchResult {
   double gbps = 0;
   double floor_fraction = 0;  ///< achieved bandwidth over the copy bandwidth of the same run
   double bytes = 0;
+  /// The host backend's GPU model at this shape (NaN when absent): sector efficiency, and
+  /// predicted DRAM bytes over the op's minimum bytes.
+  double model_sector_efficiency = __builtin_nan("");
+  double model_dram_fraction = __builtin_nan("");
   /// "op/backend/shape": the key baselines use.
   std::string key() const { return op + "/" + backend + "/" + shape; }
 };

@@ -99,7 +99,7 @@ const Recorder::Interval* Recorder::find(std::uintptr_t address, int bytes) cons
 
 void Recorder::begin_thread(const GridCoord& coord) {
   coord_ = coord;
-  thread_id_ = coord.block * coord.num_threads + coord.thread;
+  thread_id_ = static_cast<std::int32_t>(coord.block * coord.num_threads + coord.thread);
   sequence_ = 0;
 }
 
@@ -136,7 +136,7 @@ bool Recorder::observe(const void* address, int bytes, Access access) {
            address, bytes);
   if (access == Access::atomic) return true;
   check_race(*in, a, bytes, access);
-  count(a, bytes);
+  count(a, bytes, access);
   return true;
 }
 
@@ -147,28 +147,31 @@ void Recorder::check_race(const Interval& in, std::uintptr_t address, int bytes,
   for (int k = 0; k < bytes; ++k) {
     Shadow& s = shadow[address - in.begin + static_cast<std::uintptr_t>(k)];
     const bool other_writer = s.writer >= 0 && s.writer != thread_id_;
-    const bool other_reader = s.many_readers || (s.reader >= 0 && s.reader != thread_id_);
+    const bool other_reader = s.reader == -2 || (s.reader >= 0 && s.reader != thread_id_);
     if (other_writer || (access == Access::store && other_reader)) {
-      const std::int64_t other = other_writer ? s.writer : s.reader;
       const std::int64_t threads = coord_.num_threads;
-      report(std::string("race: ") + access_name(access) + " of a byte that thread " +
-                 std::to_string(other % threads) + " of block " + std::to_string(other / threads) +
-                 (other_writer ? " wrote" : " read") + " in the same launch",
+      const std::int64_t other = other_writer ? s.writer : s.reader;
+      const std::string who = other < 0 ? std::string("several other threads read")
+                              : "thread " + std::to_string(other % threads) + " of block " +
+                                    std::to_string(other / threads) + (other_writer ? " wrote" : " read");
+      report(std::string("race: ") + access_name(access) + " of a byte that " + who +
+                 " in the same launch",
              reinterpret_cast<const void*>(address), bytes);
       return;  // one finding per access
     }
     if (access == Access::store) s.writer = thread_id_;
-    else if (s.reader < 0 || s.reader == thread_id_) s.reader = thread_id_;
-    else s.many_readers = true;
+    else if (s.reader == -1 || s.reader == thread_id_) s.reader = thread_id_;
+    else s.reader = -2;
   }
 }
 
-void Recorder::count(std::uintptr_t address, int bytes) {
+void Recorder::count(std::uintptr_t address, int bytes, Access access) {
   ++accesses_;
   requested_ += bytes;
   const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
   warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, sequence_++}].ranges.emplace_back(address, end);
-  for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s) sectors_.insert(s);
+  auto& sectors = access == Access::store ? sectors_written_ : sectors_read_;
+  for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s) sectors.insert(s);
 }
 
 namespace {
@@ -203,7 +206,7 @@ LaunchStats Recorder::stats() const {
     s.useful_bytes += bytes;
     s.warp_sector_bytes += sectors * static_cast<std::int64_t>(kSector);
   }
-  s.dram_bytes = static_cast<std::int64_t>(sectors_.size() * kSector);
+  s.dram_bytes = static_cast<std::int64_t>((sectors_read_.size() + sectors_written_.size()) * kSector);
   s.errors = errors_;
   return s;
 }

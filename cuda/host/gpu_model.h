@@ -10,7 +10,8 @@
 //     (atomics excepted);
 //   - coalescing: per warp (32 consecutive threads of a block) and per access in program
 //     order, the distinct 32-byte sectors against the bytes requested; per launch, the
-//     distinct sectors touched (the predicted DRAM traffic).
+//     distinct sectors read plus the distinct sectors written (the predicted DRAM traffic:
+//     each sector fetched once, each written sector written back once).
 // The executor runs a recorded launch on one thread, calling begin_thread before each thread.
 #pragma once
 
@@ -51,9 +52,8 @@ class Recorder final : public host::ThreadObserver {
     int region;         ///< index in the footprint of the first tensor covering it
     bool readable, writable, atomic;
   };
-  struct Shadow {  // per byte: the thread that wrote it, one that read it (-1: none)
-    std::int64_t writer = -1, reader = -1;
-    bool many_readers = false;
+  struct Shadow {  // per byte: the thread that wrote it, one that read it (-1: none; -2: many)
+    std::int32_t writer = -1, reader = -1;
   };
   struct WarpAccess {  // the byte ranges [first, second) the threads of a warp asked for
     std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
@@ -76,17 +76,17 @@ class Recorder final : public host::ThreadObserver {
   const Interval* find(std::uintptr_t address, int bytes) const;
   void report(const std::string& what, const void* address, int bytes);
   void check_race(const Interval& in, std::uintptr_t address, int bytes, Access access);
-  void count(std::uintptr_t address, int bytes);
+  void count(std::uintptr_t address, int bytes, Access access);
 
   std::string kernel_;
   detail::Footprint footprint_;
   std::vector<Interval> intervals_;
   std::vector<std::vector<Shadow>> shadow_;  ///< per interval, allocated on first access
   GridCoord coord_;
-  std::int64_t thread_id_ = 0;   ///< block * threads + thread
+  std::int32_t thread_id_ = 0;   ///< block * threads + thread (launches of < 2^31 threads)
   std::int64_t sequence_ = 0;    ///< accesses of the current thread so far
   std::unordered_map<WarpKey, WarpAccess, WarpKeyHash> warp_accesses_;
-  std::unordered_set<std::uintptr_t> sectors_;
+  std::unordered_set<std::uintptr_t> sectors_read_, sectors_written_;
   std::int64_t accesses_ = 0, requested_ = 0, errors_ = 0;
   std::vector<std::string> findings_;
 };

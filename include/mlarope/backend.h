@@ -51,7 +51,7 @@ struct ModelLaunchStats {
   std::int64_t requested_bytes = 0;    ///< bytes the accesses asked for
   std::int64_t useful_bytes = 0;       ///< sum over warp accesses of the distinct bytes asked for
   std::int64_t warp_sector_bytes = 0;  ///< sum over warp accesses of distinct 32-byte sectors x 32
-  std::int64_t dram_bytes = 0;         ///< distinct sectors of the launch x 32: predicted DRAM traffic
+  std::int64_t dram_bytes = 0;         ///< (distinct sectors read + distinct sectors written) x 32
   std::int64_t errors = 0;             ///< alignment, bounds and race findings
 
   /// Distinct bytes asked for / bytes of the sectors fetched, over the warp accesses (1:
