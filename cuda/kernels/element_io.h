@@ -103,9 +103,18 @@ struct TableView {
   std::int64_t row_stride = 0;  ///< elements between table rows
 };
 
-/// Element `index` of a table of runtime dtype `dtype`, as a float.
+/// Element `index` of a table of runtime dtype `dtype`, as a float. kObserved = false reads
+/// past the GPU model: only for host fast-mode paths (see load_coefficients).
+template <bool kObserved = true>
 MLAROPE_HD MLAROPE_INLINE float load_table_element(const void* base, DType dtype,
                                                    std::int64_t index) {
+  if constexpr (!kObserved) {
+    switch (dtype) {
+      case DType::f16: return to_float(static_cast<const Half*>(base)[index]);
+      case DType::bf16: return to_float(static_cast<const BFloat16*>(base)[index]);
+      default: return static_cast<const float*>(base)[index];
+    }
+  }
   switch (dtype) {
     case DType::f16: return to_float(global_load(static_cast<const Half*>(base) + index));
     case DType::bf16: return to_float(global_load(static_cast<const BFloat16*>(base) + index));

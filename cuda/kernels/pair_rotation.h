@@ -119,12 +119,12 @@ MLAROPE_HD MLAROPE_INLINE void copy_pairs(const T* src, T* dst, PairLayout layou
   }
 }
 
-/// The coefficients of pairs first .. first + kPairs - 1 from table row `freq_row`.
-template <int kPairs>
-MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> load_coefficients(const PairRotation& r,
-                                                                    std::int64_t freq_row,
-                                                                    std::int64_t half_dim,
-                                                                    std::int64_t first) {
+/// load_coefficients, with table reads shown to the GPU model or not (kObserved).
+template <int kPairs, bool kObserved>
+MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> coefficients_from_table(const PairRotation& r,
+                                                                          std::int64_t freq_row,
+                                                                          std::int64_t half_dim,
+                                                                          std::int64_t first) {
   PairCoefficients<kPairs> k;
   const std::int64_t cos_row = freq_row * r.cos.row_stride;
   const std::int64_t sin_row = freq_row * r.sin.row_stride;
@@ -132,14 +132,28 @@ MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> load_coefficients(const PairR
   for (int j = 0; j < kPairs; ++j) {
     const std::int64_t tu = u_position(r.table_layout, first + j, half_dim);
     const std::int64_t tv = v_position(r.table_layout, first + j, half_dim);
-    k.cos_u[j] = load_table_element(r.cos.data, r.table_dtype, cos_row + tu);
-    k.cos_v[j] = load_table_element(r.cos.data, r.table_dtype, cos_row + tv);
-    const float sin_u = r.sign * load_table_element(r.sin.data, r.table_dtype, sin_row + tu);
-    const float sin_v = r.sign * load_table_element(r.sin.data, r.table_dtype, sin_row + tv);
+    k.cos_u[j] = load_table_element<kObserved>(r.cos.data, r.table_dtype, cos_row + tu);
+    k.cos_v[j] = load_table_element<kObserved>(r.cos.data, r.table_dtype, cos_row + tv);
+    const float sin_u = r.sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tu);
+    const float sin_v = r.sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tv);
     k.p[j] = r.adjoint ? sin_v : -sin_u;
     k.q[j] = r.adjoint ? -sin_u : sin_v;
   }
   return k;
+}
+
+/// The coefficients of pairs first .. first + kPairs - 1 from table row `freq_row`.
+/// NOTE: the host's fast mode reads them past the GPU model (no model is active there): a
+/// check per table element would keep the host compiler from vectorizing the loop.
+template <int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> load_coefficients(const PairRotation& r,
+                                                                    std::int64_t freq_row,
+                                                                    std::int64_t half_dim,
+                                                                    std::int64_t first) {
+#if !defined(__CUDA_ARCH__)
+  if (!MLAROPE_DEVICE_PATHS()) return coefficients_from_table<kPairs, false>(r, freq_row, half_dim, first);
+#endif
+  return coefficients_from_table<kPairs, true>(r, freq_row, half_dim, first);
 }
 
 /// The rotated (or adjoint-rotated) chunk.
