@@ -103,6 +103,33 @@ void Recorder::begin_thread(const GridCoord& coord) {
   sequence_ = 0;
 }
 
+void Recorder::begin_phase(std::int64_t, int phase, const void* shared, std::size_t bytes) {
+  phase_ = phase;
+  if (phase != 0) return;
+  shared_begin_ = reinterpret_cast<std::uintptr_t>(shared);  // a new block: fresh shared memory
+  shared_end_ = shared_begin_ + bytes;
+  shared_shadow_.assign(bytes, Shadow{});
+}
+
+// True when an access by (thread, phase) is ordered before the current one: the same thread,
+// or the same block in an earlier phase (a barrier lies between).
+bool Recorder::ordered_before(std::int32_t thread, std::int32_t phase) const {
+  if (thread == thread_id_) return true;
+  const std::int32_t threads = coord_.num_threads;
+  return thread / threads == thread_id_ / threads && phase < phase_;
+}
+
+bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
+  const auto* address = reinterpret_cast<const void*>(a);
+  if (a + static_cast<std::uintptr_t>(bytes) > shared_end_) {
+    report(std::string("out-of-bounds shared ") + access_name(access), address, bytes);
+    return false;
+  }
+  if (access == Access::atomic) return true;
+  check_race(shared_shadow_, shared_begin_, a, bytes, access);
+  return true;
+}
+
 void Recorder::report(const std::string& what, const void* address, int bytes) {
   ++errors_;
   if (findings_.size() >= kMaxFindings) return;
@@ -118,6 +145,7 @@ bool Recorder::observe(const void* address, int bytes, Access access) {
   const auto a = reinterpret_cast<std::uintptr_t>(address);
   if (a % static_cast<std::uintptr_t>(bytes) != 0)
     report(std::string("misaligned ") + std::to_string(bytes) + "-byte " + access_name(access), address, bytes);
+  if (a >= shared_begin_ && a < shared_end_) return observe_shared(a, bytes, access);
   const Interval* in = find(a, bytes);
   if (in == nullptr) {
     report(std::string("out-of-bounds ") + access_name(access) + ": outside every tensor of the call",
@@ -135,33 +163,44 @@ bool Recorder::observe(const void* address, int bytes, Access access) {
     report(std::string("load of output ") + name + " (an out-of-place output is write-only)",
            address, bytes);
   if (access == Access::atomic) return true;
-  check_race(*in, a, bytes, access);
+  const auto index = static_cast<std::size_t>(in - intervals_.data());
+  std::vector<Shadow>& shadow = shadow_[index];
+  if (shadow.empty()) shadow.resize(in->end - in->begin);
+  check_race(shadow, in->begin, a, bytes, access);
   count(a, bytes, access);
   return true;
 }
 
-void Recorder::check_race(const Interval& in, std::uintptr_t address, int bytes, Access access) {
-  const auto index = static_cast<std::size_t>(&in - intervals_.data());
-  std::vector<Shadow>& shadow = shadow_[index];
-  if (shadow.empty()) shadow.resize(in.end - in.begin);
+void Recorder::check_race(std::vector<Shadow>& shadow, std::uintptr_t begin,
+                          std::uintptr_t address, int bytes, Access access) {
+  const std::int32_t threads = coord_.num_threads;
+  const std::int32_t block = thread_id_ / threads;
   for (int k = 0; k < bytes; ++k) {
-    Shadow& s = shadow[address - in.begin + static_cast<std::uintptr_t>(k)];
-    const bool other_writer = s.writer >= 0 && s.writer != thread_id_;
-    const bool other_reader = s.reader == -2 || (s.reader >= 0 && s.reader != thread_id_);
-    if (other_writer || (access == Access::store && other_reader)) {
-      const std::int64_t threads = coord_.num_threads;
-      const std::int64_t other = other_writer ? s.writer : s.reader;
+    Shadow& s = shadow[address - begin + static_cast<std::uintptr_t>(k)];
+    const bool write_race = s.writer >= 0 && !ordered_before(s.writer, s.writer_phase);
+    const bool read_race =
+        access == Access::store &&
+        (s.reader == -2 ? !(s.reader_block == block && s.reader_phase < phase_)
+                        : s.reader >= 0 && !ordered_before(s.reader, s.reader_phase));
+    if (write_race || read_race) {
+      const std::int32_t other = write_race ? s.writer : s.reader;
       const std::string who = other < 0 ? std::string("several other threads read")
                               : "thread " + std::to_string(other % threads) + " of block " +
-                                    std::to_string(other / threads) + (other_writer ? " wrote" : " read");
+                                    std::to_string(other / threads) + (write_race ? " wrote" : " read");
       report(std::string("race: ") + access_name(access) + " of a byte that " + who +
-                 " in the same launch",
+                 " in the same launch" + (phase_ > 0 ? ", with no barrier between" : ""),
              reinterpret_cast<const void*>(address), bytes);
       return;  // one finding per access
     }
-    if (access == Access::store) s.writer = thread_id_;
-    else if (s.reader == -1 || s.reader == thread_id_) s.reader = thread_id_;
-    else s.reader = -2;
+    if (access == Access::store) {
+      s.writer = thread_id_, s.writer_phase = phase_;
+    } else if (s.reader == -1 || ordered_before(s.reader, s.reader_phase) ||
+               (s.reader == -2 && s.reader_block == block && s.reader_phase < phase_)) {
+      s.reader = thread_id_, s.reader_phase = phase_, s.reader_block = block;  // replaces ordered reads
+    } else {
+      s.reader_block = s.reader_block == block ? block : -2;
+      s.reader = -2, s.reader_phase = std::max(s.reader_phase, phase_);
+    }
   }
 }
 

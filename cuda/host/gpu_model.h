@@ -7,7 +7,8 @@
 //     between the rows of a view included (compute-sanitizer memcheck); the access is not
 //     made. A store to an input, or a plain access to a status word, is an error too;
 //   - races: two threads of the launch writing one byte, or one writing a byte another reads
-//     (atomics excepted);
+//     (atomics excepted), unless a block barrier orders them (the same block, an earlier
+//     phase of a phased body); shared memory likewise, within its block;
 //   - coalescing: per warp (32 consecutive threads of a block) and per access in program
 //     order, the distinct 32-byte sectors against the bytes requested; per launch, the
 //     distinct sectors read plus the distinct sectors written (the predicted DRAM traffic:
@@ -38,6 +39,7 @@ class Recorder final : public host::ThreadObserver {
   Recorder(std::string kernel, const detail::Footprint& footprint);
 
   void begin_thread(const GridCoord& coord) override;
+  void begin_phase(std::int64_t block, int phase, const void* shared, std::size_t bytes) override;
   /// Check and count one access; false when it must not be made (out of bounds).
   bool observe(const void* address, int bytes, Access access);
 
@@ -52,8 +54,10 @@ class Recorder final : public host::ThreadObserver {
     int region;         ///< index in the footprint of the first tensor covering it
     bool readable, writable, atomic;
   };
-  struct Shadow {  // per byte: the thread that wrote it, one that read it (-1: none; -2: many)
-    std::int32_t writer = -1, reader = -1;
+  struct Shadow {  // per byte: the last writer and reader (-1: none; reader -2: several)
+    std::int32_t writer = -1, writer_phase = 0;
+    std::int32_t reader = -1, reader_phase = 0;
+    std::int32_t reader_block = -1;  ///< the readers' block (-2: several blocks)
   };
   struct WarpAccess {  // the byte ranges [first, second) the threads of a warp asked for
     std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
@@ -75,7 +79,10 @@ class Recorder final : public host::ThreadObserver {
   void build_intervals();
   const Interval* find(std::uintptr_t address, int bytes) const;
   void report(const std::string& what, const void* address, int bytes);
-  void check_race(const Interval& in, std::uintptr_t address, int bytes, Access access);
+  void check_race(std::vector<Shadow>& shadow, std::uintptr_t begin, std::uintptr_t address,
+                  int bytes, Access access);
+  bool ordered_before(std::int32_t thread, std::int32_t phase) const;
+  bool observe_shared(std::uintptr_t address, int bytes, Access access);
   void count(std::uintptr_t address, int bytes, Access access);
 
   std::string kernel_;
@@ -84,6 +91,9 @@ class Recorder final : public host::ThreadObserver {
   std::vector<std::vector<Shadow>> shadow_;  ///< per interval, allocated on first access
   GridCoord coord_;
   std::int32_t thread_id_ = 0;   ///< block * threads + thread (launches of < 2^31 threads)
+  std::int32_t phase_ = 0;       ///< of a phased body; 0 otherwise
+  std::uintptr_t shared_begin_ = 0, shared_end_ = 0;  ///< the current block's shared memory
+  std::vector<Shadow> shared_shadow_;
   std::int64_t sequence_ = 0;    ///< accesses of the current thread so far
   std::unordered_map<WarpKey, WarpAccess, WarpKeyHash> warp_accesses_;
   std::unordered_set<std::uintptr_t> sectors_read_, sectors_written_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -100,8 +101,10 @@ void HostExecutor::run_block(GridShape grid, std::int64_t block, bool full_shuff
   }
 }
 
-void HostExecutor::run(GridShape grid, Body body, const void* args) const {
-  if (grid.blocks <= 0 || grid.threads <= 0) return;
+// Call per_block(block, full_shuffle) for every block, tiles of blocks in a seeded order, in
+// parallel over the workers for large launches.
+template <class PerBlock>
+void HostExecutor::for_each_block(GridShape grid, PerBlock per_block) const {
   const std::int64_t tile = tile_of(grid.blocks);
   const std::int64_t tiles = (grid.blocks + tile - 1) / tile;
   const IndexPermutation tile_order(static_cast<std::uint64_t>(tiles), mix(seed_));
@@ -116,14 +119,44 @@ void HostExecutor::run(GridShape grid, Body body, const void* args) const {
       if (k >= tiles) return;
       const auto first = static_cast<std::int64_t>(tile_order(static_cast<std::uint64_t>(k))) * tile;
       const std::int64_t last = std::min(first + tile, grid.blocks);
-      for (std::int64_t block = first; block < last; ++block)
-        run_block(grid, block, tile == 1, body, args);
+      for (std::int64_t block = first; block < last; ++block) per_block(block, tile == 1);
     }
   };
   std::vector<std::thread> helpers;
   for (std::int64_t w = 1; w < workers; ++w) helpers.emplace_back(work);
   work();
   for (std::thread& t : helpers) t.join();
+}
+
+void HostExecutor::run(GridShape grid, Body body, const void* args) const {
+  if (grid.blocks <= 0 || grid.threads <= 0) return;
+  for_each_block(grid, [&](std::int64_t block, bool full_shuffle) {
+    run_block(grid, block, full_shuffle, body, args);
+  });
+}
+
+void HostExecutor::run_phased(GridShape grid, int phases, std::size_t shared_bytes,
+                              PhasedBody body, const void* args) const {
+  if (grid.blocks <= 0 || grid.threads <= 0) return;
+  struct alignas(16) Chunk {
+    unsigned char bytes[16];
+  };
+  for_each_block(grid, [&](std::int64_t block, bool) {
+    std::vector<Chunk> shared((shared_bytes + sizeof(Chunk) - 1) / sizeof(Chunk));
+    std::memset(shared.data(), 0xA5, shared.size() * sizeof(Chunk));  // not zeroed on a GPU either
+    GridCoord coord{block, grid.blocks, 0, grid.threads};
+    for (int phase = 0; phase < phases; ++phase) {
+      if (observer_) observer_->begin_phase(block, phase, shared.data(), shared_bytes);
+      const std::uint64_t key = mix(seed_ ^ mix(static_cast<std::uint64_t>(block) + 1) ^
+                                    mix(static_cast<std::uint64_t>(phase) + 0x5151));
+      const IndexPermutation thread_order(static_cast<std::uint64_t>(grid.threads), key);
+      for (int t = 0; t < grid.threads; ++t) {
+        coord.thread = static_cast<int>(thread_order(static_cast<std::uint64_t>(t)));
+        if (observer_) observer_->begin_thread(coord);
+        body(args, coord, phase, shared.data());
+      }
+    }
+  });
 }
 
 }  // namespace mlarope::host

@@ -10,6 +10,7 @@
 // It knows nothing about RoPE: it calls a function of (arguments, GridCoord).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/grid.h"
@@ -43,6 +44,11 @@ class ThreadObserver {
  public:
   virtual ~ThreadObserver() = default;
   virtual void begin_thread(const GridCoord& coord) = 0;
+  /// A block of a phased launch starts phase `phase` (its threads follow), with its shared
+  /// memory at [shared, shared + bytes).
+  virtual void begin_phase(std::int64_t block, int phase, const void* shared, std::size_t bytes) {
+    (void)block, (void)phase, (void)shared, (void)bytes;
+  }
 };
 
 /// Runs launches on the CPU; `threads` workers (0: all hardware threads).
@@ -56,6 +62,14 @@ class HostExecutor {
 
   /// Run body(args, coord) for every block and thread of `grid`; returns when all ran.
   void run(GridShape grid, Body body, const void* args) const;
+
+  /// A type-erased phased kernel (kernels/portability.h: block barriers and shared memory).
+  using PhasedBody = void (*)(const void* args, const GridCoord& coord, int phase, void* shared);
+  /// Run a phased kernel: each block gets `shared_bytes` of shared memory (poisoned with
+  /// 0xA5), and every thread of the block runs phase p before any runs phase p + 1 (thread
+  /// order drawn anew per phase).
+  void run_phased(GridShape grid, int phases, std::size_t shared_bytes, PhasedBody body,
+                  const void* args) const;
 
   /// The seed of the orders.
   std::uint64_t seed() const { return seed_; }
@@ -71,6 +85,8 @@ class HostExecutor {
  private:
   void run_block(GridShape grid, std::int64_t block, bool full_shuffle, Body body,
                  const void* args) const;
+  template <class PerBlock>
+  void for_each_block(GridShape grid, PerBlock per_block) const;
 
   std::uint64_t seed_;
   int threads_;
@@ -93,6 +109,18 @@ void launch(const HostExecutor& executor, GridShape grid,
         b->body(*b->args, coord);
       },
       &bound);
+}
+
+/// Run a phased kernel body Body (kernels/portability.h) with arguments `args` on `executor`.
+template <class Body, class Args>
+void launch_phased(const HostExecutor& executor, GridShape grid, const Args& args) {
+  executor.run_phased(
+      grid, Body::kPhases, sizeof(typename Body::Shared),
+      [](const void* a, const GridCoord& coord, int phase, void* shared) {
+        Body::phase(*static_cast<const Args*>(a), coord, phase,
+                    *static_cast<typename Body::Shared*>(shared));
+      },
+      &args);
 }
 
 }  // namespace mlarope::host

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/grid.h"
+
 #if defined(__CUDACC__)
 #define MLAROPE_HD __host__ __device__
 #define MLAROPE_INLINE __forceinline__
@@ -93,6 +95,43 @@ MLAROPE_HD MLAROPE_INLINE std::uint32_t load_word(const std::uint32_t* word) {
   return __atomic_load_n(word, __ATOMIC_RELAXED);
 #endif
 }
+
+// ---- Block barriers and shared memory ------------------------------------------------------
+// A body that needs a block-wide barrier is written as phases, a struct with
+//   static constexpr int kPhases;          // phases, separated by barriers
+//   struct Shared { ... };                 // the block's shared memory
+//   MLAROPE_HD static void phase(const Args&, const GridCoord&, int phase, Shared&);
+// On the GPU, run_phases (inside the __global__ kernel) runs phase 0, __syncthreads(),
+// phase 1, ... with Shared a __shared__ object. On the host the executor runs every thread of
+// a block through phase k before any thread enters phase k + 1 (HostExecutor::run_phased),
+// with a per-block Shared filled with a poison pattern. Values that live across a barrier are
+// kept in Shared; its elements are read and written with shared_load and shared_store, which
+// the GPU model checks (bounds, alignment, races within the block's phase).
+
+/// *p, a load of shared memory.
+template <class T>
+MLAROPE_HD MLAROPE_INLINE T shared_load(const T* p) {
+  if (!MLAROPE_OBSERVE(p, static_cast<int>(sizeof(T)), Access::load)) return T{};
+  return *p;
+}
+
+/// *p = value, a store to shared memory.
+template <class T>
+MLAROPE_HD MLAROPE_INLINE void shared_store(T* p, T value) {
+  if (MLAROPE_OBSERVE(p, static_cast<int>(sizeof(T)), Access::store)) *p = value;
+}
+
+#if defined(__CUDACC__)
+/// The phases of Body, separated by __syncthreads(), with a __shared__ Body::Shared.
+template <class Body, class Args>
+__device__ inline void run_phases(const Args& args, const GridCoord& g) {
+  __shared__ typename Body::Shared shared;
+  for (int p = 0; p < Body::kPhases; ++p) {
+    if (p > 0) __syncthreads();
+    Body::phase(args, g, p, shared);
+  }
+}
+#endif
 
 /// The bits of a float.
 MLAROPE_HD MLAROPE_INLINE std::uint32_t float_bits(float x) {

@@ -16,6 +16,9 @@ void Footprint::add(const char* name, const BasicTensorView<Void>& v, RegionUse 
   r.use = use;
 }
 
+template void Footprint::add(const char*, const BasicTensorView<void>&, RegionUse);
+template void Footprint::add(const char*, const BasicTensorView<const void>&, RegionUse);
+
 void Footprint::add(const char* name, const IndexView& v) {
   if (!v.present() || v.size <= 0 || count == kCapacity) return;
   TensorRegion& r = regions[static_cast<std::size_t>(count++)];
