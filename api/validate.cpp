@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,7 +26,47 @@ std::string shape_string(const ConstTensorView& v) {
 
 bool valid_dtype(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
-// Rank, dtype, last-dim stride and null data of one view.
+std::string strides_string(const ConstTensorView& v) {
+  std::ostringstream s;
+  s << "[";
+  for (int i = 0; i < v.rank; ++i) s << (i ? ", " : "") << v.strides[i];
+  s << "]";
+  return s.str();
+}
+
+// a * b + c when it stays within [0, kMaxViewBytes]; -1 otherwise (a, b, c >= 0).
+std::int64_t bounded_multiply_add(std::int64_t a, std::int64_t b, std::int64_t c) {
+  const __int128 r = static_cast<__int128>(a) * b + c;
+  return r > kMaxViewBytes ? -1 : static_cast<std::int64_t>(r);
+}
+
+// SPEC.md §5: element count and byte extent within 2^62, so index arithmetic cannot overflow.
+void check_view_size(const ConstTensorView& v, const char* name) {
+  for (int i = 0; i < v.rank; ++i)
+    if (v.shape[i] == 0) return;  // no element, however large the other dimensions
+  std::int64_t count = 1, span = 0;
+  for (int i = 0; i < v.rank && count >= 0; ++i) count = bounded_multiply_add(count, v.shape[i], 0);
+  if (count < 0)
+    fail(std::string(name) + ": shape " + shape_string(v) + " has more than 2^62 elements");
+  for (int i = 0; i < v.rank && span >= 0; ++i)
+    span = bounded_multiply_add(v.shape[i] - 1, std::llabs(v.strides[i]), span);
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(v.dtype));
+  if (span < 0 || bounded_multiply_add(span + 1, size, 0) < 0)
+    fail(std::string(name) + ": shape " + shape_string(v) + " with strides " + strides_string(v) +
+         " spans more than 2^62 bytes");
+}
+
+// SPEC.md §5: a pointer that is accessed is aligned to its element size (a GPU traps otherwise).
+void check_aligned(const void* data, std::size_t element_bytes, const char* name, const char* type) {
+  const auto address = reinterpret_cast<std::uintptr_t>(data);
+  if (address % element_bytes == 0) return;
+  std::ostringstream s;
+  s << name << ": data pointer 0x" << std::hex << address << std::dec << " is not aligned to its element size ("
+    << element_bytes << " bytes, " << type << ")";
+  fail(s.str());
+}
+
+// Rank, dtype, sizes, last-dim stride, null data and alignment of one view.
 void check_view(const ConstTensorView& v, const char* name, int rank) {
   if (v.rank != rank)
     fail(std::string(name) + ": rank " + std::to_string(v.rank) + ", expected " +
@@ -34,6 +75,9 @@ void check_view(const ConstTensorView& v, const char* name, int rank) {
   for (int i = 0; i < rank; ++i)
     if (v.shape[i] < 0)
       fail(std::string(name) + ": negative size in shape " + shape_string(v));
+  check_view_size(v, name);
+  if (v.numel() > 0 && v.data != nullptr)
+    check_aligned(v.data, dtype_size(v.dtype), name, std::string(to_string(v.dtype)).c_str());
   if (v.numel() > 0 && v.data == nullptr)
     fail(std::string(name) + ": null data with shape " + shape_string(v));
   if (rank > 0 && v.size(-1) > 1 && v.stride(-1) != 1)
@@ -166,6 +210,11 @@ void check_index_array(const IndexView& v, const char* name, std::int64_t expect
   if (v.size != expected_size)
     fail(std::string(name) + ": " + std::to_string(v.size) + " entries, expected " +
          std::to_string(expected_size));
+  if (v.size > 0) check_aligned(v.data, index_size(v.type), name, std::string(to_string(v.type)).c_str());
+}
+
+void check_status_word(const DeviceStatus* status) {
+  if (status != nullptr) check_aligned(status, sizeof(DeviceStatus), "status", "uint32 status word");
 }
 
 // Highest table row the host can know a call uses, or -1 when it cannot know.
@@ -175,17 +224,24 @@ std::int64_t host_known_last_row(const Positions& p, RowShape rows) {
     const std::int64_t s = rows.seq;
     if (s == 0 || rows.batch == 0) return -1;
     if (p.cp_size == 1) return s - 1;
-    return s * p.cp_size - p.cp_rank * (s / 2) - 1;  // cp_pos of the last local row
+    // cp_pos of the last local row; s <= 2^62 and cp_size <= 2^20: computed in 128 bits.
+    const __int128 last = static_cast<__int128>(s) * p.cp_size - static_cast<__int128>(p.cp_rank) * (s / 2) - 1;
+    return last > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(last);
   }
   if (p.position_ids.present() || p.freq_mode == FreqMode::packed || p.max_seqlen <= 0)
     return -1;
   return rows.seq == 0 ? -1 : p.max_seqlen - 1;
 }
 
-// The rules on positions that do not depend on the tensors.
-void check_positions(const Positions& p, RowShape rows, std::int64_t table_row_count) {
+// The rules on positions that do not depend on the tensors. A call that writes nothing looks
+// up no table row, so the table need not cover its rows.
+void check_positions(const Positions& p, RowShape rows, std::int64_t table_row_count,
+                     bool writes_nothing) {
   if (p.layout != TokenLayout::sbhd && p.layout != TokenLayout::thd) fail("layout: unknown value");
   if (p.cp_size < 1) fail("cp_size = " + std::to_string(p.cp_size) + ": expected >= 1");
+  if (p.cp_size > kMaxCpSize)
+    fail("cp_size = " + std::to_string(p.cp_size) + ": expected <= 2^20 (" +
+         std::to_string(kMaxCpSize) + ")");
   if (p.cp_rank < 0 || p.cp_rank >= p.cp_size)
     fail("cp_rank = " + std::to_string(p.cp_rank) + ": expected 0 <= cp_rank < cp_size = " +
          std::to_string(p.cp_size));
@@ -209,7 +265,7 @@ void check_positions(const Positions& p, RowShape rows, std::int64_t table_row_c
     check_index_array(p.position_ids, "position_ids", rows.seq, true);
     check_index_array(p.seq_offsets, "seq_offsets", p.cu_seqlens.size - 1, false);
   }
-  const std::int64_t last = host_known_last_row(p, rows);
+  const std::int64_t last = writes_nothing ? -1 : host_known_last_row(p, rows);
   if (last >= table_row_count)
     fail("cos/sin: " + std::to_string(table_row_count) + " rows, but the call uses row " +
          std::to_string(last) + " (needs at least " + std::to_string(last + 1) + ")");
@@ -230,8 +286,10 @@ void check_rope_input(const ConstTensorView& input, const char* name, const Rope
   check_rotation(args.rotation, args.emb_dim);
   check_view(input, name, activation_rank(args.positions.layout));
   check_last_dim(input, name, args.nope_dim + args.emb_dim, "nope_dim + emb_dim");
+  check_status_word(args.status);
+  // The output has the input's shape (checked next): the call writes nothing when it is empty.
   check_positions(args.positions, row_shape(input, args.positions.layout),
-                  table_rows(args.rotation));
+                  table_rows(args.rotation), input.numel() == 0);
 }
 
 void check_rope_out_of_place(const ConstTensorView& in, const char* in_name,
@@ -258,6 +316,7 @@ void check_kv_args(const KvSplitArgs& args) {
   if (args.k_dim < 0) fail("k_dim = " + std::to_string(args.k_dim) + ": expected >= 0");
   if (args.v_dim < 0) fail("v_dim = " + std::to_string(args.v_dim) + ": expected >= 0");
   check_rotation(args.rotation, args.emb_dim);
+  check_status_word(args.status);
 }
 
 // [.., H, X] views of a kv call: rank, leading dims equal to `kv`'s, last dim `last`.
@@ -279,6 +338,15 @@ void check_k_pe_view(const ConstTensorView& kv, const ConstTensorView& v, const 
 }
 
 }  // namespace
+
+bool writes_nothing(const RopeCall& c) { return c.out.numel() == 0; }
+bool writes_nothing(const RopeInplaceCall& c) { return c.t.numel() == 0; }
+bool writes_nothing(const RopeBackwardCall& c) { return c.grad_t.numel() == 0; }
+bool writes_nothing(const RopeBackwardInplaceCall& c) { return c.grad.numel() == 0; }
+bool writes_nothing(const KvSplitCall& c) { return c.key.numel() == 0 && c.value.numel() == 0; }
+bool writes_nothing(const KvSplitBackwardCall& c) {
+  return c.grad_kv.numel() == 0 && c.grad_k_pe.numel() == 0;
+}
 
 std::int64_t table_rows(const Rotation& r) { return r.cos.rank >= 1 ? r.cos.shape[0] : 0; }
 
@@ -305,7 +373,8 @@ void validate(const KvSplitCall& c) {
   check_kv_view(c.kv, c.value, "value", a.v_dim, "v_dim");
   check_same_dtype(c.kv, "kv", c.key, "key");
   check_same_dtype(c.kv, "kv", c.value, "value");
-  check_positions(a.positions, row_shape(c.kv, a.positions.layout), table_rows(a.rotation));
+  check_positions(a.positions, row_shape(c.kv, a.positions.layout), table_rows(a.rotation),
+                  writes_nothing(c));
   check_no_self_overlap(c.key, "key");
   check_no_self_overlap(c.value, "value");
   const auto inputs = concat(concat({{"kv", extent_of(c.kv)}, {"k_pe", extent_of(c.k_pe)}},
@@ -326,7 +395,8 @@ void validate(const KvSplitBackwardCall& c) {
   check_same_dtype(c.grad_key, "grad_key", c.grad_value, "grad_value");
   check_same_dtype(c.grad_key, "grad_key", c.grad_kv, "grad_kv");
   check_same_dtype(c.grad_key, "grad_key", c.grad_k_pe, "grad_k_pe");
-  check_positions(a.positions, row_shape(c.grad_key, a.positions.layout), table_rows(a.rotation));
+  check_positions(a.positions, row_shape(c.grad_key, a.positions.layout), table_rows(a.rotation),
+                  writes_nothing(c));
   check_no_self_overlap(c.grad_kv, "grad_kv");
   check_no_self_overlap(c.grad_k_pe, "grad_k_pe");
   const auto inputs =
@@ -413,7 +483,7 @@ DeviceStatus check_cu_seqlens(const Positions& p, std::int64_t rows) {
     else if (p.cp_size > 1 && g % (2 * p.cp_size) != 0) status |= kStatusBadSeqLength;
   }
   if (n >= 0 && status == kStatusOk &&
-      index_at(p.cu_seqlens, n) - index_at(p.cu_seqlens, 0) > rows * p.cp_size)
+      index_at(p.cu_seqlens, n) - index_at(p.cu_seqlens, 0) > static_cast<__int128>(rows) * p.cp_size)
     status |= kStatusBadCuSeqlens;
   return status;
 }

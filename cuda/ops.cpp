@@ -42,30 +42,35 @@ void enqueue_rope(const ConstTensorView& in, const TensorView& out, const RopeAr
 
 void rope(const RopeCall& call, Stream& stream) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: nothing launched, whatever the sizes
   stream.impl().set_footprint(detail::footprint_of(call));
   enqueue_rope(call.t, call.out, call.args, {false, false}, stream);
 }
 
 void rope_inplace(const RopeInplaceCall& call, Stream& stream) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: nothing launched, whatever the sizes
   stream.impl().set_footprint(detail::footprint_of(call));
   enqueue_rope(call.t, call.t, call.args, {true, false}, stream);
 }
 
 void rope_backward(const RopeBackwardCall& call, Stream& stream) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: nothing launched, whatever the sizes
   stream.impl().set_footprint(detail::footprint_of(call));
   enqueue_rope(call.grad_out, call.grad_t, call.args, {false, true}, stream);
 }
 
 void rope_backward_inplace(const RopeBackwardInplaceCall& call, Stream& stream) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: nothing launched, whatever the sizes
   stream.impl().set_footprint(detail::footprint_of(call));
   enqueue_rope(call.grad, call.grad, call.args, {true, true}, stream);
 }
 
 void kv_split(const KvSplitCall& call, Stream& stream) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: nothing launched, whatever the sizes
   StreamImpl& s = stream.impl();
   s.set_footprint(detail::footprint_of(call));
   enqueue(s, detail::make_kv_split_launch(call, s.profile()));
@@ -73,6 +78,7 @@ void kv_split(const KvSplitCall& call, Stream& stream) {
 
 void kv_split_backward(const KvSplitBackwardCall& call, Stream& stream) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: nothing launched, whatever the sizes
   StreamImpl& s = stream.impl();
   s.set_footprint(detail::footprint_of(call));
   enqueue(s, detail::make_kv_split_backward_launch(call, s.profile()));

@@ -1,4 +1,5 @@
 // kv_split and kv_split_backward (SPEC.md §4).
+#include <algorithm>
 #include <vector>
 
 #include "elements.h"
@@ -27,15 +28,15 @@ void split_rows(const KvSplitCall& call, const RowMap& map, std::int64_t begin, 
   std::vector<Storage> rotated(d);
   for (std::int64_t row = begin; row < end; ++row) {
     const Storage* k_pe = reinterpret_cast<const Storage*>(element_ptr(call.k_pe, k_pe_index.offset(row, 0)));
-    for (std::int64_t k = 0; k < d; ++k) x[k] = E::load(k_pe[k]);
     const std::int64_t freq_row = map.freq_row[row];
     if (freq_row == RowMap::kPassThrough) {
-      y = x;
+      std::copy(k_pe, k_pe + d, rotated.begin());  // bit for bit: NaN payloads, signed zeros
     } else {
+      for (std::int64_t k = 0; k < d; ++k) x[k] = E::load(k_pe[k]);
       load_table_row(a.rotation, freq_row, c.data(), s.data());
       rotate(x.data(), y.data(), c.data(), s.data(), a.rotation, d);
+      for (std::int64_t k = 0; k < d; ++k) rotated[k] = E::store(y[k]);
     }
-    for (std::int64_t k = 0; k < d; ++k) rotated[k] = E::store(y[k]);
     for (std::int64_t h = 0; h < heads; ++h) {
       const char* kv = element_ptr(call.kv, kv_index.offset(row, h));
       char* key = element_ptr(call.key, key_index.offset(row, h));
@@ -84,6 +85,7 @@ void split_backward_rows(const KvSplitBackwardCall& call, const RowMap& map, std
 
 void kv_split(const KvSplitCall& call) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: a no-op, whatever the other sizes
   const RowShape rows = rows_of(call.kv);
   const RowMap map = map_rows(call.args.positions, rows, table_rows(call.args.rotation));
   with_dtype(call.kv.dtype, [&](auto dtype) {
@@ -96,6 +98,7 @@ void kv_split(const KvSplitCall& call) {
 
 void kv_split_backward(const KvSplitBackwardCall& call) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: a no-op, whatever the other sizes
   const RowShape rows = rows_of(call.grad_key);
   const RowMap map = map_rows(call.args.positions, rows, table_rows(call.args.rotation));
   with_dtype(call.grad_key.dtype, [&](auto dtype) {

@@ -68,21 +68,25 @@ void run(const RopeJob& job) {
 
 void rope(const RopeCall& call) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: a no-op, whatever the other sizes
   run({call.t, call.out, false, Direction::forward, &call.args});
 }
 
 void rope_inplace(const RopeInplaceCall& call) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: a no-op, whatever the other sizes
   run({call.t, call.t, true, Direction::forward, &call.args});
 }
 
 void rope_backward(const RopeBackwardCall& call) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: a no-op, whatever the other sizes
   run({call.grad_out, call.grad_t, false, Direction::adjoint, &call.args});
 }
 
 void rope_backward_inplace(const RopeBackwardInplaceCall& call) {
   validate(call);
+  if (writes_nothing(call)) return;  // zero elements: a no-op, whatever the other sizes
   run({call.grad, call.grad, true, Direction::adjoint, &call.args});
 }
 

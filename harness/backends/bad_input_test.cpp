@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -82,14 +83,15 @@ class Runner {
   void run(Built& b) const {
     if (name_ != "cuda") return bad_input::run(backend_, b);
     DeviceArena d(b.arena);
-    struct CopyBack {  // copy back whether the call returns or throws: a rejected call must
-      DeviceArena& d;  // not have written device memory either
-      Stream& s;
-      ~CopyBack() {
-        s.synchronize();
-        d.copy_back();
-      }
-    } copy_back{d, *stream_};
+    // Copy back whether the call returns or throws: a rejected call must not have written
+    // device memory either.
+    run_then_finish([&] { run_on_device(d, b); }, [&] {
+      stream_->synchronize();
+      d.copy_back();
+    });
+  }
+
+  void run_on_device(const DeviceArena& d, Built& b) const {
     switch (b.spec.op) {
       case Op::rope: mlarope::rope({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_); break;
       case Op::rope_inplace: mlarope::rope_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_); break;
@@ -120,17 +122,12 @@ class Runner {
       return;
     }
     DeviceArena d(arena);
-    struct CopyBack {
-      DeviceArena& d;
-      Stream& s;
-      ~CopyBack() {
-        s.synchronize();
-        d.copy_back();
-      }
-    } copy_back{d, *stream_};
     call.cos = d.move(call.cos);
     call.sin = d.move(call.sin);
-    mlarope::yarn_tables(call, *stream_);
+    run_then_finish([&] { mlarope::yarn_tables(call, *stream_); }, [&] {
+      stream_->synchronize();
+      d.copy_back();
+    });
   }
 
  private:
@@ -680,6 +677,132 @@ TEST_P(BadInput, ZeroSizeTensorsAreNoOps) {
         }
 }
 
+// Zero elements whatever the other dimensions, a huge row or head count included: a no-op that
+// returns at once (no grid over 2^40 empty rows, no allocation per row).
+TEST_P(BadInput, ZeroSizeWithHugeDimensionsIsANoOp) {
+  constexpr std::int64_t kHuge = std::int64_t{1} << 40;
+  int checked = 0;
+  for (Op op : all_ops())
+    for (TokenLayout layout : kBothLayouts)
+      for (bool huge_rows : {true, false}) {  // 2^40 rows with H = 0, or 2^40 heads and no rows
+        // kv_split_backward's grad_k_pe is [rows, 1, emb]: with rows it has elements.
+        if (op == Op::kv_split_backward && huge_rows) continue;
+        Spec s;
+        s.op = op;
+        s.layout = layout;
+        if (huge_rows) {
+          s.H = 0;
+        } else if (layout == TokenLayout::sbhd) {
+          s.S = 0;
+        } else {
+          s.T = 0;
+          s.cu = {0};
+        }
+        Built b;
+        build(b, s);
+        for (Built::Named& v : b.activations()) {
+          const int dim = huge_rows ? 0 : v.rank() - 2;
+          if (!huge_rows && v.shape()[dim] == 1) continue;  // k_pe-like views have one head
+          v.shape()[dim] = kHuge;
+        }
+        SCOPED_TRACE(trace(s) + (huge_rows ? " 2^40 rows, H = 0" : " 2^40 heads, no rows"));
+        const std::vector<unsigned char> before = b.arena.snapshot();
+        try {
+          runner().run(b);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rejected a zero-size call: " << e.what();
+        }
+        EXPECT_TRUE(b.arena.same_bytes(b.arena.snapshot(), before)) << "not a no-op";
+        ++checked;
+      }
+  EXPECT_EQ(checked, 2 * (6 + 5));
+}
+
+// Sizes whose element count or byte extent does not fit in 62 bits: a named error, before any
+// index arithmetic can overflow.
+TEST_P(BadInput, SizesThatOverflowAreRejected) {
+  constexpr std::int64_t k2to40 = std::int64_t{1} << 40;
+  // More than 2^62 elements (the product itself overflows 64 bits).
+  check_view_rule(
+      runner(), kBothLayouts, nullptr,
+      [&](Built&, Built::Named& v) -> std::vector<std::string> {
+        v.shape()[0] = k2to40;
+        v.shape()[1] = k2to40;
+        return {v.name + ": ", "elements"};
+      },
+      false);
+  // A byte extent past 2^62 through one huge stride (few elements).
+  check_view_rule(
+      runner(), kBothLayouts, nullptr,
+      [&](Built&, Built::Named& v) -> std::vector<std::string> {
+        if (v.shape()[0] < 2) return {};
+        v.strides()[0] = std::int64_t{1} << 61;
+        return {v.name + ": ", "bytes"};
+      },
+      true);
+}
+
+// cp_size feeds the CP position arithmetic (L * cp_size): bounded by 2^20 with a named error.
+TEST_P(BadInput, ContextParallelSizeBounded) {
+  for (std::int64_t cp : {std::int64_t{1} << 62, (std::int64_t{1} << 20) + 1, std::int64_t{1} << 40}) {
+    SCOPED_TRACE(cp);
+    EXPECT_EQ(check_rule(
+                  runner(), kBothLayouts,
+                  [&](Spec& s) {
+                    s.cp_size = cp;
+                    s.cp_rank = 1;
+                  },
+                  [&](Built&) { return std::vector<std::string>{"cp_size = " + std::to_string(cp), "2^20"}; }),
+              12);
+  }
+}
+
+// Every data pointer aligned to its element size (a GPU traps otherwise): activations, tables,
+// cu_seqlens, position_ids (int32 and int64), seq_offsets and the status word.
+TEST_P(BadInput, MisalignedPointers) {
+  for (std::ptrdiff_t shift : {1, 2}) {
+    SCOPED_TRACE("shift " + std::to_string(shift));
+    const int views = check_view_rule(
+        runner(), kBothLayouts, nullptr,
+        [&](Built&, Built::Named& v) -> std::vector<std::string> {
+          if (static_cast<std::ptrdiff_t>(dtype_size(v.dtype())) <= shift) return {};
+          v.set_data(static_cast<const unsigned char*>(v.data()) + shift);
+          return {v.name + ": ", "aligned"};
+        },
+        true);
+    // shift 1: every view (bf16 activations, f32 tables); shift 2: the f32 tables only.
+    EXPECT_EQ(views, shift == 1 ? 2 * (4 + 3 + 4 + 3 + 6 + 6) : 2 * 2 * 6);
+  }
+  struct Meta {
+    const char* name;
+    std::ptrdiff_t shift;
+    IndexType position_type;
+  };
+  for (const Meta& m : {Meta{"cu_seqlens", 2, IndexType::i32}, Meta{"position_ids", 1, IndexType::i32},
+                        Meta{"position_ids", 4, IndexType::i64}, Meta{"seq_offsets", 2, IndexType::i32},
+                        Meta{"status", 2, IndexType::i32}}) {
+    SCOPED_TRACE(std::string(m.name) + " + " + std::to_string(m.shift));
+    const std::string name = m.name;
+    EXPECT_EQ(check_rule(
+                  runner(), {TokenLayout::thd},
+                  [&](Spec& s) {
+                    with_metadata_arrays()(s);
+                    s.position_ids_type = m.position_type;
+                  },
+                  [&](Built& b) -> std::vector<std::string> {
+                    Positions& p = b.positions();
+                    auto shifted = [&](const void* data) { return static_cast<const unsigned char*>(data) + m.shift; };
+                    if (name == "cu_seqlens") p.cu_seqlens.data = shifted(p.cu_seqlens.data);
+                    if (name == "position_ids") p.position_ids.data = shifted(p.position_ids.data);
+                    if (name == "seq_offsets") p.seq_offsets.data = shifted(p.seq_offsets.data);
+                    if (name == "status")
+                      b.status() = reinterpret_cast<DeviceStatus*>(reinterpret_cast<unsigned char*>(b.status()) + m.shift);
+                    return {name + ": ", "aligned"};
+                  }),
+              6);
+  }
+}
+
 // --- yarn_tables ---------------------------------------------------------------------------------
 
 struct YarnSetup {
@@ -848,8 +971,12 @@ void expect_metadata_outcome(const Runner& runner, Built& b, const DeviceStatus*
   if (expected) {
     EXPECT_EQ(validator, *expected) << "check_device_metadata: " << describe_status(validator);
   }
+  // A call that writes no element is a no-op (SPEC.md §5): nothing runs to raise a bit.
+  bool writes_nothing = true;
+  for (Built::Named& v : b.activations())
+    if (v.output && v.numel() != 0) writes_nothing = false;
   const DeviceStatus status = expect_matches_reference(runner, b);
-  EXPECT_EQ(status, b.spec.initial_status | validator)
+  EXPECT_EQ(status, writes_nothing ? b.spec.initial_status : b.spec.initial_status | validator)
       << runner.name() << ": " << describe_status(status) << ", check_device_metadata: " << describe_status(validator);
   if (passed) expect_passed_through(b, *passed);
 }
@@ -858,6 +985,112 @@ std::vector<std::int64_t> all_rows(std::int64_t n) {
   std::vector<std::int64_t> rows;
   for (std::int64_t r = 0; r < n; ++r) rows.push_back(r);
   return rows;
+}
+
+// Bit patterns that a round trip through arithmetic would change: signalling and quiet NaNs
+// with payloads, signed zeros, a subnormal and an infinity.
+std::vector<std::uint32_t> special_bits(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return {0x7F800001u, 0xFFC00123u, 0x80000000u, 0x00000001u, 0xFF800000u, 0x7FBFFFFFu};
+    case DType::bf16: return {0x7F81u, 0xFFC3u, 0x8000u, 0x0001u, 0xFF80u, 0x7FBFu};
+    case DType::f16: return {0x7C01u, 0xFE03u, 0x8000u, 0x0001u, 0xFC00u, 0x7DFFu};
+  }
+  return {};
+}
+
+void set_element_bits(const ConstTensorView& v, std::int64_t offset, std::uint32_t bits) {
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(v.data)) + offset * static_cast<std::int64_t>(dtype_size(v.dtype));
+  if (dtype_size(v.dtype) == 4) {
+    std::memcpy(p, &bits, 4);
+  } else {
+    const auto half = static_cast<std::uint16_t>(bits);
+    std::memcpy(p, &half, 2);
+  }
+}
+
+std::uint32_t bits_at(const Built& b, const ConstTensorView& v, std::int64_t row, std::int64_t h, std::int64_t k) {
+  const auto* p = static_cast<const unsigned char*>(v.data) +
+                  element_offset(b, v, row, h, k) * static_cast<std::int64_t>(dtype_size(v.dtype));
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, p, dtype_size(v.dtype));
+  return bits;
+}
+
+// SPEC.md §5: pass-through rows (padding rows, invalid metadata) are copied bit for bit, NaN
+// payloads and signed zeros included, by the reference and every backend; so are the copied
+// parts of kv_split and kv_split_backward. Checked against the inputs themselves, not only
+// against the reference.
+TEST_P(GarbageMetadata, PassThroughIsBitwise) {
+  for (Op op : all_ops())
+    for (DType dtype : {DType::bf16, DType::f16, DType::f32})
+      for (bool bad_metadata : {false, true}) {
+        Spec s;
+        s.op = op;
+        s.layout = TokenLayout::thd;
+        s.act = dtype;
+        s.cu = bad_metadata ? std::vector<std::int64_t>{0, 4, 2} : std::vector<std::int64_t>{0, 2, 4};
+        Built b;
+        build(b, s);
+        // Rows that pass through: the padding rows 4 and 5, or every row of bad cu_seqlens.
+        const std::vector<std::int64_t> passed = bad_metadata ? all_rows(s.T) : std::vector<std::int64_t>{4, 5};
+        const std::vector<std::uint32_t> bits = special_bits(dtype);
+        std::size_t next = 0;
+        auto fill = [&](const ConstTensorView& v, std::int64_t heads, std::int64_t from, std::int64_t to) {
+          for (std::int64_t row : passed)
+            for (std::int64_t h = 0; h < heads; ++h)
+              for (std::int64_t k = from; k < to; ++k)
+                set_element_bits(v, element_offset(b, v, row, h, k), bits[next++ % bits.size()]);
+        };
+        const std::int64_t width = s.nope + s.emb;
+        switch (op) {
+          case Op::rope:
+          case Op::rope_backward: fill(b.in, s.H, 0, width); break;
+          case Op::rope_inplace:
+          case Op::rope_backward_inplace: fill(b.io, s.H, 0, width); break;
+          case Op::kv_split:
+            fill(b.in0, s.H, 0, s.k + s.v);
+            fill(b.in1, 1, 0, s.emb);
+            break;
+          case Op::kv_split_backward:  // grad_k_pe is a head sum, not a copy: the k and v parts only
+            fill(b.in0, s.H, 0, s.k);
+            fill(b.in1, s.H, 0, s.v);
+            break;
+        }
+        SCOPED_TRACE(trace(s) + " " + std::string(to_string(dtype)) + (bad_metadata ? " bad cu_seqlens" : " padding"));
+        Built pristine;  // the inputs as they were, for in-place calls
+        build(pristine, s);
+        const std::vector<unsigned char> inputs = b.arena.snapshot();
+        expect_matches_reference(runner(), b);
+        pristine.arena.restore(inputs);
+        int mismatches = 0;
+        auto expect_same = [&](const ConstTensorView& out, std::int64_t oh, std::int64_t ok, const ConstTensorView& in,
+                               std::int64_t ih, std::int64_t ik, std::int64_t row) {
+          if (bits_at(b, out, row, oh, ok) != bits_at(pristine, in, row, ih, ik) && ++mismatches <= 3)
+            ADD_FAILURE() << "row " << row << " head " << oh << " element " << ok << ": bits 0x" << std::hex
+                          << bits_at(b, out, row, oh, ok) << ", input bits 0x" << bits_at(pristine, in, row, ih, ik);
+        };
+        for (std::int64_t row : passed)
+          for (std::int64_t h = 0; h < s.H; ++h) switch (op) {
+              case Op::rope:
+              case Op::rope_backward:
+                for (std::int64_t k = 0; k < width; ++k) expect_same(b.out, h, k, pristine.in, h, k, row);
+                break;
+              case Op::rope_inplace:
+              case Op::rope_backward_inplace:
+                for (std::int64_t k = 0; k < width; ++k) expect_same(b.io, h, k, pristine.io, h, k, row);
+                break;
+              case Op::kv_split:
+                for (std::int64_t k = 0; k < s.k; ++k) expect_same(b.out0, h, k, pristine.in0, h, k, row);
+                for (std::int64_t e = 0; e < s.emb; ++e) expect_same(b.out0, h, s.k + e, pristine.in1, 0, e, row);
+                for (std::int64_t j = 0; j < s.v; ++j) expect_same(b.out1, h, j, pristine.in0, h, s.k + j, row);
+                break;
+              case Op::kv_split_backward:
+                for (std::int64_t k = 0; k < s.k; ++k) expect_same(b.out0, h, k, pristine.in0, h, k, row);
+                for (std::int64_t j = 0; j < s.v; ++j) expect_same(b.out0, h, s.k + j, pristine.in1, h, j, row);
+                break;
+            }
+        EXPECT_EQ(mismatches, 0);
+      }
 }
 
 struct NamedCase {
@@ -1120,6 +1353,33 @@ TEST_P(GarbageMetadata, RandomSbhdSeqOffsets) {
 }
 
 std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+
+// The CUDA runner copies device memory back after every call, whether the call threw or not:
+// a failed copy during the unwinding of a rejected call must not end the process.
+TEST(RunThenFinish, BothThrowingGivesOneErrorNamingBoth) {
+  bool finished = false;
+  try {
+    run_then_finish([] { throw Error("t: rejected"); },
+                    [&] {
+                      finished = true;
+                      throw std::runtime_error("copy back failed");
+                    });
+    ADD_FAILURE() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t: rejected"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("copy back failed"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(finished);
+}
+
+TEST(RunThenFinish, FinishRunsOnceEitherWay) {
+  int finishes = 0;
+  EXPECT_THROW(run_then_finish([] { throw Error("rejected"); }, [&] { ++finishes; }), Error);
+  EXPECT_EQ(finishes, 1);
+  run_then_finish([] {}, [&] { ++finishes; });
+  EXPECT_EQ(finishes, 2);
+  EXPECT_THROW(run_then_finish([] {}, [] { throw std::runtime_error("copy back failed"); }), std::runtime_error);
+}
 
 INSTANTIATE_TEST_SUITE_P(Backends, BadInput, ::testing::Values("reference", "host", "cuda"), backend_param_name);
 INSTANTIATE_TEST_SUITE_P(Backends, GarbageMetadata, ::testing::Values("reference", "host", "cuda"),

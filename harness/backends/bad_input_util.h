@@ -481,6 +481,24 @@ inline void run(const harness::Backend& backend, Built& b) {
   }
 }
 
+/// Run `call`, then `finish`, whether `call` returns or throws (a cleanup that can fail, so not
+/// a destructor: a destructor that throws during unwinding calls std::terminate). When both
+/// throw, the error of `call` is thrown with the error of `finish` appended.
+template <class Call, class Finish>
+void run_then_finish(Call&& call, Finish&& finish) {
+  try {
+    call();
+  } catch (const std::exception& first) {
+    try {
+      finish();
+    } catch (const std::exception& second) {
+      throw Error(std::string(first.what()) + "; then, cleaning up: " + second.what());
+    }
+    throw;
+  }
+  finish();
+}
+
 /// The backend of a test parameter, or a skip reason when it is not available here.
 inline bool backend_available(const std::string& name, std::string* why) {
   if (name == "cuda" && !cuda_device_available()) {

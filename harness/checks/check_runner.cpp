@@ -199,6 +199,7 @@ CheckReport run_checks(const Case& c, const Backend& backend, const CheckOptions
   if (want(CheckKind::bounds)) results[int(CheckKind::bounds)] = ctx.audit_result(CheckKind::bounds);
   for (CheckKind k : all_checks())
     if (want(k)) report.results.push_back(results[int(k)]);
+  report.status = ctx.primary().outputs.status;
   return report;
 }
 

@@ -82,6 +82,7 @@ struct UlpHistogram {
 struct CheckReport {
   std::vector<CheckResult> results;  ///< one per check that was asked for, in table order
   UlpHistogram histogram;            ///< value errors of the primary run's outputs
+  DeviceStatus status = kStatusOk;   ///< the primary run's status word (SPEC.md §5)
 
   /// True when no check failed.
   bool ok() const;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "io/case_file.h"
+#include "io/npy.h"
 #include "failure.h"
 #include "generators.h"
 
@@ -137,6 +138,35 @@ TEST(Cli, RunStillWorks) {
     const Result r = mlarope("run " + entry.path().string() + " --out " + (tmp.path() / "out").string(), tmp);
     EXPECT_EQ(r.status, 0) << r.out << r.err;
   }
+}
+
+// A device status word other than ok (invalid metadata) is a failure of its own: exit status 4
+// in run and check, on every backend, with the status named; the valid case exits 0.
+TEST(Cli, InvalidMetadataExitsWithStatusFour) {
+  TempDir tmp;
+  const fs::path example = fs::path(MLAROPE_SOURCE_DIR) / "examples" / "mla_kv_split_backward_thd_cp4";
+  if (!fs::exists(example / "case.json")) GTEST_SKIP() << "no example case " << example;
+  const fs::path bad = tmp.path() / "bad_cu_seqlens";
+  fs::copy(example, bad);
+  for (const auto& entry : fs::directory_iterator(bad))
+    if (entry.path().filename().string().rfind("expected_", 0) == 0) fs::remove(entry.path());
+  npy::Array cu = npy::read(bad / "cu_seqlens.npy");
+  ASSERT_GE(cu.size(), 3);
+  ASSERT_EQ(cu.dtype, npy::Dtype::i32);
+  cu.data<std::int32_t>()[1] += 1;  // two sequence lengths no longer divisible by 2 * cp_size
+  npy::write(bad / "cu_seqlens.npy", cu);
+  for (const char* backend : {"reference", "host", "host-fast"}) {
+    for (const std::string command : {"run", "check"}) {
+      const Result r = mlarope(command + " " + bad.string() + " --backend " + backend, tmp);
+      EXPECT_EQ(r.status, 4) << command << " " << backend << "\n" << r.out << r.err;
+      EXPECT_NE(r.out.find("device status word"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("divisible"), std::string::npos) << r.out;
+    }
+    const Result ok = mlarope("run " + example.string() + " --backend " + backend, tmp);
+    EXPECT_EQ(ok.status, 0) << backend << "\n" << ok.out << ok.err;
+  }
+  const Result help = mlarope("--help", tmp);
+  EXPECT_NE(help.out.find("4 (run, check)"), std::string::npos) << help.out;
 }
 
 }  // namespace

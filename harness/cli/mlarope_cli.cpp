@@ -1,6 +1,5 @@
 // The mlarope command-line tool: run a case file (SPEC.md §7) on a backend, check it with every
-// check of DESIGN.md, or fuzz a backend with random cases. Errors are one line on stderr and
-// exit status 2; failing checks exit with status 1; `run` with status 3 (output off expected).
+// check of DESIGN.md, or fuzz a backend with random cases. Exit statuses: see kExitStatuses.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +24,25 @@ using namespace mlarope;
 using namespace mlarope::harness;
 
 namespace {
+
+// Exit statuses, in --help too.
+constexpr int kExitCheckFailed = 1;   // a check or a fuzz case failed
+constexpr int kExitError = 2;         // bad command line, unreadable or invalid case
+constexpr int kExitOffExpected = 3;   // run: outputs off the case's expected_*.npy
+constexpr int kExitDeviceStatus = 4;  // run, check: the call's status word is not ok
+constexpr const char* kExitStatuses =
+    "Exit status: 0 ok; 1 a check or fuzz case failed; 2 an error (command line, case file, "
+    "invalid call); 3 (run) outputs off the case's expected_*.npy; 4 (run, check) the call's "
+    "device status word reports invalid metadata (SPEC.md §5: bad cu_seqlens, a sequence length "
+    "not divisible by 2 * cp_size, or a freq_row outside the table).";
+
+// The status word of a call that ran: ok, or a line saying what is wrong and kExitDeviceStatus.
+int status_exit(DeviceStatus status) {
+  if (status == kStatusOk) return 0;
+  std::cout << "  device status word: " << describe_status(status)
+            << ": the case's metadata is invalid (exit status " << kExitDeviceStatus << ")\n";
+  return kExitDeviceStatus;
+}
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
@@ -113,7 +131,7 @@ int run_command(const RunOptions& o) {
   }
   if (is_reference && worse_than_one_ulp) {
     std::cout << "  " << worse_than_one_ulp << " output(s) differ from expected by more than 1 ulp\n";
-    return 3;
+    return kExitOffExpected;
   }
   if (!is_reference && expected_arrays.size() == outputs.arrays.size() && !expected_arrays.empty()) {
     const ToleranceResult t = check_tolerance(c, outputs.arrays, expected_arrays);
@@ -121,9 +139,9 @@ int run_command(const RunOptions& o) {
               << t.checked << " elements";
     if (!t.ok()) std::cout << ", " << t.violations << " outside, first " << t.first_violation;
     std::cout << "\n";
-    if (!t.ok()) return 3;
+    if (!t.ok()) return kExitOffExpected;
   }
-  return 0;
+  return status_exit(outputs.status);
 }
 
 // --- report ------------------------------------------------------------------------------------
@@ -193,7 +211,8 @@ int check_command(const CheckCommandOptions& o) {
     ++counts[int(r.outcome)];
   }
   std::cout << "  " << counts[0] << " passed, " << counts[1] << " failed, " << counts[2] << " skipped\n";
-  return report.ok() ? 0 : 1;
+  if (!report.ok()) return kExitCheckFailed;
+  return status_exit(report.status);
 }
 
 // --- fuzz --------------------------------------------------------------------------------------
@@ -218,7 +237,7 @@ int fuzz_command(FuzzCommandOptions o) {
   FuzzOptions shown = o.fuzz;
   if (shown.ops.empty()) shown.ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
   std::cout << summary(stats, shown);
-  return stats.failing_cases == 0 ? 0 : 1;
+  return stats.failing_cases == 0 ? 0 : kExitCheckFailed;
 }
 
 void add_run(CLI::App& app, RunOptions& run) {
@@ -227,7 +246,8 @@ void add_run(CLI::App& app, RunOptions& run) {
       "Run one case on a backend, write its outputs (out.npy, grad_t.npy, key.npy + value.npy, or "
       "grad_kv.npy + grad_k_pe.npy) in the activation dtype, and compare them with any "
       "expected_<output>.npy in the case directory (exit status 3 if the reference is more than 1 ulp "
-      "away, or an optimized backend outside DESIGN.md's tolerance model).");
+      "away, or an optimized backend outside DESIGN.md's tolerance model; exit status 4 if the call's "
+      "device status word reports invalid metadata).");
   cmd->add_option("CASE_DIR", run.case_dir, "case directory holding case.json")
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -240,7 +260,8 @@ void add_check(CLI::App& app, CheckCommandOptions& check) {
       "check",
       "Run every check of DESIGN.md (value, coverage, immutability, bounds, round trip, adjoint, "
       "in place, graph replay, determinism, order independence) on one case and print each result; "
-      "uses the case's checks.json (layout plan, seed) when it has one. Exit status 1 if a check fails.");
+      "uses the case's checks.json (layout plan, seed) when it has one. Exit status 1 if a check fails, "
+      "4 if every check passed but the call's device status word reports invalid metadata.");
   cmd->add_option("CASE_DIR", check.case_dir, "case directory holding case.json")
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -277,7 +298,8 @@ void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
 int main(int argc, char** argv) {
   CLI::App app{
       "mlarope: MLA RoPE primitives and the harness that checks them.\n"
-      "Case files (a directory with case.json and .npy inputs) are described in SPEC.md §7."};
+      "Case files (a directory with case.json and .npy inputs) are described in SPEC.md §7.\n" +
+      std::string(kExitStatuses)};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mlarope 0.1.0");
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
@@ -294,7 +316,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? 0 : kExitError;
   }
   try {
     if (app.got_subcommand("run")) return run_command(run);
@@ -303,7 +325,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("report")) return reports::report_command(report);
   } catch (const std::exception& e) {
     std::cerr << "mlarope: error: " << e.what() << "\n";
-    return 2;
+    return kExitError;
   }
   return 0;
 }

@@ -1,7 +1,9 @@
 #include "io/case_file.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "mlarope/error.h"
 
@@ -135,8 +137,55 @@ npy::Dtype storage_dtype(DType dtype) {
   return npy::Dtype::f32;
 }
 
+// Edit distance between two keys (insertions, deletions, substitutions, adjacent swaps).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t k = 0; k <= b.size(); ++k) d[0][k] = k;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t k = 1; k <= b.size(); ++k) {
+      d[i][k] = std::min({d[i - 1][k] + 1, d[i][k - 1] + 1, d[i - 1][k - 1] + (a[i - 1] != b[k - 1])});
+      if (i > 1 && k > 1 && a[i - 1] == b[k - 2] && a[i - 2] == b[k - 1])
+        d[i][k] = std::min(d[i][k], d[i - 2][k - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// SPEC.md §5: an unknown key is an error naming it, with the nearest known key when one is close.
+void reject_unknown_keys(const json& object, const std::vector<std::string>& known, const std::string& where,
+                         const std::string& what) {
+  for (const auto& item : object.items()) {
+    const std::string& key = item.key();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string nearest;
+    std::size_t best = std::max<std::size_t>(2, key.size() / 3) + 1;
+    for (const std::string& k : known) {
+      const std::size_t distance = edit_distance(key, k);
+      if (distance < best) best = distance, nearest = k;
+    }
+    fail(where + ": unknown " + what + " '" + key + "'" +
+         (nearest.empty() ? std::string(" (not one of SPEC.md §7)") : " (did you mean '" + nearest + "'?)"));
+  }
+}
+
+const std::vector<std::string>& case_keys() {
+  static const std::vector<std::string> keys = {
+      "op",       "layout",        "dtype",        "table_dtype", "nope_dim", "emb_dim",
+      "k_dim",    "v_dim",         "in_layout",    "out_layout",  "table_layout", "inverse",
+      "in_place", "cp_size",       "cp_rank",      "freq_mode",   "max_seqlen",   "inputs"};
+  return keys;
+}
+
+const std::vector<std::string>& input_names() {
+  static const std::vector<std::string> names = {"t",          "grad_out",   "kv",         "k_pe",
+                                                 "grad_key",   "grad_value", "cos",        "sin",
+                                                 "cu_seqlens", "position_ids", "seq_offsets"};
+  return names;
+}
+
 CaseConfig parse_config(const json& j, const std::string& where) {
   if (!j.is_object()) fail(where + ": expected a JSON object");
+  reject_unknown_keys(j, case_keys(), where, "key");
   CaseConfig c;
   c.op = parse_op(get_string(j, "op", where), where);
   with_where(where, [&] {
@@ -162,6 +211,7 @@ CaseConfig parse_config(const json& j, const std::string& where) {
   c.max_seqlen = get_int(j, "max_seqlen", where, 0, false);
   const json& inputs = require(j, "inputs", where);
   if (!inputs.is_object()) fail(where + ": 'inputs' must be an object of name -> file");
+  reject_unknown_keys(inputs, input_names(), where, "input");
   for (const auto& [name, file] : inputs.items()) {
     if (!file.is_string()) fail(where + ": inputs." + name + " must be a file name");
     c.inputs[name] = file.get<std::string>();

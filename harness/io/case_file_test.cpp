@@ -145,6 +145,30 @@ TEST(CaseFile, MissingKeyIsNamed) {
   expect_read_error(tmp.path(), {"case.json", "missing key 'emb_dim'"});
 }
 
+TEST(CaseFile, UnknownKeyIsNamedWithTheNearestKnownKey) {
+  TempDir tmp;
+  write_case(tmp.path(), small_thd_case());
+  rewrite_json(tmp.path(), [](nlohmann::json& j) { j["cp_szie"] = 2; });
+  expect_read_error(tmp.path(), {"case.json", "unknown key 'cp_szie'", "did you mean 'cp_size'"});
+  rewrite_json(tmp.path(), [](nlohmann::json& j) {
+    j.erase("cp_szie");
+    j["maxseqlen"] = 8;
+  });
+  expect_read_error(tmp.path(), {"unknown key 'maxseqlen'", "did you mean 'max_seqlen'"});
+  rewrite_json(tmp.path(), [](nlohmann::json& j) {
+    j.erase("maxseqlen");
+    j["comment"] = "far from every key";
+  });
+  expect_read_error(tmp.path(), {"unknown key 'comment'", "not one of SPEC.md"});
+  rewrite_json(tmp.path(), [](nlohmann::json& j) {
+    j.erase("comment");
+    j["inputs"]["postion_ids"] = "position_ids.npy";
+  });
+  expect_read_error(tmp.path(), {"unknown input 'postion_ids'", "did you mean 'position_ids'"});
+  rewrite_json(tmp.path(), [](nlohmann::json& j) { j["inputs"].erase("postion_ids"); });
+  EXPECT_NO_THROW(read_case(tmp.path()));
+}
+
 TEST(CaseFile, UnknownOpIsNamed) {
   TempDir tmp;
   write_case(tmp.path(), small_thd_case());

@@ -22,8 +22,10 @@ struct BasicTensorView {
   std::array<std::int64_t, kMaxRank> shape{};
   std::array<std::int64_t, kMaxRank> strides{};
 
-  /// Number of elements (1 for rank 0).
+  /// Number of elements (1 for rank 0); 0 whenever a dimension is 0, however large the others.
   std::int64_t numel() const {
+    for (int i = 0; i < rank; ++i)
+      if (shape[i] == 0) return 0;
     std::int64_t n = 1;
     for (int i = 0; i < rank; ++i) n *= shape[i];
     return n;

@@ -17,6 +17,20 @@ void validate(const KvSplitCall& call);
 void validate(const KvSplitBackwardCall& call);
 void validate(const YarnTablesCall& call);
 
+/// Largest cp_size: L * cp_size and the other CP position arithmetic then fit in 63 bits.
+inline constexpr std::int64_t kMaxCpSize = std::int64_t{1} << 20;
+/// Largest element count and byte extent of a view (index arithmetic fits in 63 bits).
+inline constexpr std::int64_t kMaxViewBytes = std::int64_t{1} << 62;
+
+/// True when the call writes no element (every output has zero elements): after validate(),
+/// such a call is a no-op that launches nothing, whatever its other dimensions.
+bool writes_nothing(const RopeCall& call);
+bool writes_nothing(const RopeInplaceCall& call);
+bool writes_nothing(const RopeBackwardCall& call);
+bool writes_nothing(const RopeBackwardInplaceCall& call);
+bool writes_nothing(const KvSplitCall& call);
+bool writes_nothing(const KvSplitBackwardCall& call);
+
 /// Sizes of the rows of a call: SBHD [S, B], THD [T, 1].
 struct RowShape {
   std::int64_t seq = 0;    ///< S, or T for THD
