@@ -53,6 +53,8 @@ void Graph::replay(Stream& stream) {
   if (stream.kind() != kind_)
     throw Error("Graph::replay: a " + std::string(to_string(kind_)) + " graph cannot run on a " +
                 std::string(to_string(stream.kind())) + " stream");
+  if (stream.capturing())
+    throw Error("Graph::replay: the stream is capturing; a graph cannot be replayed into a capture");
   impl_->replay(stream.impl());
 }
 

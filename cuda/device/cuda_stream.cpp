@@ -1,11 +1,14 @@
 // The CUDA backend's stream, graph, memory and device query (see cuda_backend.h).
 #include <cuda_runtime_api.h>
 
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include "device/cuda_backend.h"
 #include "device/cuda_launch.h"
+#include "launch/scratch_arena.h"
 #include "mlarope/error.h"
 
 namespace mlarope::detail::cuda {
@@ -14,6 +17,32 @@ namespace {
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("mlarope CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// NOTE: allocating, freeing and synchronizing are illegal on a thread that is capturing in
+// the (thread-local) mode of our captures; these calls, which do not enqueue work on the
+// capturing stream, run with the thread's capture mode relaxed.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&previous_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&previous_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+};
+
+// Device memory for the scratch words of a capture (allocate may run while capturing).
+DeviceStatus* allocate_words(std::size_t words) {
+  RelaxedCaptureMode relaxed;
+  void* p = nullptr;
+  check(cudaMalloc(&p, words * sizeof(DeviceStatus)), "cudaMalloc(capture scratch)");
+  return static_cast<DeviceStatus*>(p);
+}
+void release_words(DeviceStatus* block) noexcept {
+  RelaxedCaptureMode relaxed;
+  cudaFree(block);
 }
 
 class CudaGraph;
@@ -37,9 +66,11 @@ class CudaStream final : public StreamImpl {
 
   BackendKind kind() const override { return BackendKind::cuda; }
   LaunchProfile profile() const override { return cuda_launch_profile(); }
-  DeviceStatus* scratch_status() override { return scratch_; }
-  void clear_scratch_status() override {
-    check(cudaMemsetAsync(scratch_, 0, sizeof(DeviceStatus), stream_), "cudaMemsetAsync");
+  DeviceStatus* take_scratch_status() override {
+    return capture_scratch_ ? capture_scratch_->take() : scratch_;
+  }
+  void clear_scratch_status(DeviceStatus* word) override {
+    check(cudaMemsetAsync(word, 0, sizeof(DeviceStatus), stream_), "cudaMemsetAsync");
   }
   void launch(const CuSeqlensCheckLaunch& l) override { run(l); }
   void launch(const RopeLaunch& l) override { run(l); }
@@ -48,7 +79,9 @@ class CudaStream final : public StreamImpl {
   void launch(const YarnLaunch& l) override { run(l); }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
   void begin_capture() override {
+    auto scratch = std::make_unique<ScratchArena>(allocate_words, release_words);
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin_capture");
+    capture_scratch_ = std::move(scratch);
     capturing_ = true;
   }
   std::unique_ptr<GraphImpl> end_capture() override;
@@ -68,14 +101,22 @@ class CudaStream final : public StreamImpl {
   cudaStream_t stream_ = nullptr;
   DeviceStatus* scratch_ = nullptr;
   bool capturing_ = false;
+  std::unique_ptr<ScratchArena> capture_scratch_;  ///< the words of the captured calls
 };
 
+// An instantiated graph and the scratch words its nodes use. CUDA runs the launches of one
+// graph one after the other; launching it is not thread-safe, hence the mutex.
 class CudaGraph final : public GraphImpl {
  public:
-  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec) : graph_(graph), exec_(exec) {}
+  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaEvent_t last_replay,
+            std::unique_ptr<ScratchArena> scratch)
+      : graph_(graph), exec_(exec), last_replay_(last_replay), scratch_(std::move(scratch)) {}
   ~CudaGraph() override {
+    RelaxedCaptureMode relaxed;
+    cudaEventSynchronize(last_replay_);  // the last replay no longer uses the scratch words
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
+    cudaEventDestroy(last_replay_);
   }
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -83,23 +124,36 @@ class CudaGraph final : public GraphImpl {
   void replay(StreamImpl& stream) override {
     auto* cuda = dynamic_cast<CudaStream*>(&stream);
     if (cuda == nullptr) throw Error("Graph::replay: a CUDA graph needs a CUDA stream");
+    const std::lock_guard<std::mutex> one_at_a_time(replaying_);
     check(cudaGraphLaunch(exec_, cuda->stream()), "cudaGraphLaunch");
+    check(cudaEventRecord(last_replay_, cuda->stream()), "cudaEventRecord");
   }
 
  private:
   cudaGraph_t graph_;
   cudaGraphExec_t exec_;
+  cudaEvent_t last_replay_;
+  std::unique_ptr<ScratchArena> scratch_;
+  std::mutex replaying_;
 };
 
 std::unique_ptr<GraphImpl> CudaStream::end_capture() {
   cudaGraph_t graph = nullptr;
   capturing_ = false;
+  std::unique_ptr<ScratchArena> scratch = std::move(capture_scratch_);
   check(cudaStreamEndCapture(stream_, &graph), "end_capture");
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
   if (e != cudaSuccess) cudaGraphDestroy(graph);
   check(e, "cudaGraphInstantiate");
-  return std::make_unique<CudaGraph>(graph, exec);
+  cudaEvent_t last_replay = nullptr;
+  e = cudaEventCreateWithFlags(&last_replay, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  check(e, "cudaEventCreate");
+  return std::make_unique<CudaGraph>(graph, exec, last_replay, std::move(scratch));
 }
 
 }  // namespace

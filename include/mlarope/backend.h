@@ -70,8 +70,9 @@ class GraphImpl;
 class Graph;
 
 /// An ordered queue of launches on one backend. Host streams run each launch before the call
-/// returns; CUDA streams are asynchronous. Each stream owns a small scratch status word,
-/// which THD calls use: do not run two THD calls of one stream's graph concurrently.
+/// returns; CUDA streams are asynchronous. Each stream owns a small scratch status word, which
+/// its eager THD calls use; while capturing, each THD call gets a word of its own, which the
+/// graph owns (see Graph). Destroying a stream mid-capture ends the capture and drops it.
 class Stream {
  public:
   /// A host-backend stream.
@@ -112,14 +113,18 @@ class Stream {
 };
 
 /// Captured launches. A replay reads what the buffers hold at replay time (new cu_seqlens,
-/// position ids, inputs), exactly like a CUDA graph.
+/// position ids, inputs), exactly like a CUDA graph. A graph owns the scratch words of its THD
+/// calls: it may outlive the stream that captured it and replay on any stream of its backend,
+/// concurrently with other work there; replays of one graph run one after the other (as
+/// CUDA runs the launches of one graph), whichever streams and threads they come from.
 class Graph {
  public:
   Graph(Graph&&) noexcept;
   Graph& operator=(Graph&&) noexcept;
   ~Graph();
 
-  /// Enqueue the captured launches on `stream` (same backend as the capture).
+  /// Enqueue the captured launches on `stream` (same backend as the capture, not capturing:
+  /// throws mlarope::Error otherwise). Thread-safe.
   void replay(Stream& stream);
 
  private:
