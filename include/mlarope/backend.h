@@ -77,7 +77,8 @@ class Stream {
  public:
   /// A host-backend stream.
   static Stream host(const HostStreamOptions& options = {});
-  /// A CUDA stream on the current device; throws mlarope::Error when none is available.
+  /// A CUDA stream on the current device; throws mlarope::Error when none is available, or
+  /// when the stream or its scratch word cannot be had (nothing leaks).
   static Stream cuda();
   /// A stream of `kind` with default options.
   static Stream create(BackendKind kind);
