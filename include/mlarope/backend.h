@@ -179,6 +179,16 @@ class DeviceBuffer {
   BackendKind kind_ = BackendKind::host;
 };
 
+/// Where a DeviceBuffer holds a copy of `bytes` bytes of host memory at `host`: a buffer of
+/// `buffer_bytes`, the copy at `offset` in it.
+struct CopyPlacement {
+  std::size_t offset = 0;
+  std::size_t buffer_bytes = 0;
+};
+
+/// The placement of a device copy of host memory (test mirrors of host tensors use it).
+CopyPlacement place_copy(const void* host, std::size_t bytes);
+
 /// The launches that the GPU model measured on `stream` since the last take (empty unless
 /// `stream` is a host stream with HostStreamOptions::gpu_model).
 std::vector<ModelLaunchStats> take_model_stats(Stream& stream);
