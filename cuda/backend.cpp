@@ -58,10 +58,6 @@ void Graph::replay(Stream& stream) {
   impl_->replay(stream.impl());
 }
 
-namespace {
-constexpr std::size_t kHostAlignment = 64;
-}  // namespace
-
 DeviceBuffer::DeviceBuffer(BackendKind kind, std::size_t bytes) : bytes_(bytes), kind_(kind) {
   if (bytes == 0) return;
   if (kind == BackendKind::cuda) {
@@ -69,7 +65,7 @@ DeviceBuffer::DeviceBuffer(BackendKind kind, std::size_t bytes) : bytes_(bytes),
     return;
   }
   // Exactly `bytes` (not rounded up), so that sanitizers see any access past the end.
-  if (posix_memalign(&data_, kHostAlignment, bytes) != 0) throw std::bad_alloc();
+  if (posix_memalign(&data_, kDeviceBufferAlignment, bytes) != 0) throw std::bad_alloc();
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -125,8 +121,8 @@ void DeviceBuffer::copy_to_host(void* dst, std::size_t bytes, std::size_t offset
 }
 
 CopyPlacement place_copy(const void* host, std::size_t bytes) {
-  (void)host;
-  return {0, bytes};
+  const std::size_t offset = reinterpret_cast<std::uintptr_t>(host) % kDeviceBufferAlignment;
+  return {offset, offset + bytes};
 }
 
 void DeviceBuffer::fill_bytes(unsigned char value) {

@@ -135,8 +135,8 @@ class Graph {
   BackendKind kind_;
 };
 
-/// Memory that a backend's kernels can access: device memory on CUDA, 64-byte aligned host
-/// memory on the host backend. Copies and fills are synchronous (complete when they return)
+/// Memory that a backend's kernels can access: device memory on CUDA, host memory on the host
+/// backend, both kDeviceBufferAlignment aligned. Copies and fills are synchronous (complete when they return)
 /// and not ordered with any stream: synchronize the stream before copying results back, and
 /// do not copy while a stream is capturing.
 class DeviceBuffer {
@@ -179,6 +179,9 @@ class DeviceBuffer {
   BackendKind kind_ = BackendKind::host;
 };
 
+/// The alignment of a DeviceBuffer's memory on both backends (cudaMalloc's).
+inline constexpr std::size_t kDeviceBufferAlignment = 256;
+
 /// Where a DeviceBuffer holds a copy of `bytes` bytes of host memory at `host`: a buffer of
 /// `buffer_bytes`, the copy at `offset` in it.
 struct CopyPlacement {
@@ -186,7 +189,9 @@ struct CopyPlacement {
   std::size_t buffer_bytes = 0;
 };
 
-/// The placement of a device copy of host memory (test mirrors of host tensors use it).
+/// The placement of a device copy of host memory that keeps the host address modulo
+/// kDeviceBufferAlignment, so that a misaligned or odd-offset host view reaches the kernels
+/// as such (test mirrors of host tensors use it).
 CopyPlacement place_copy(const void* host, std::size_t bytes);
 
 /// The launches that the GPU model measured on `stream` since the last take (empty unless
