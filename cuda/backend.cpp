@@ -53,12 +53,10 @@ void Graph::replay(Stream& stream) {
   if (stream.kind() != kind_)
     throw Error("Graph::replay: a " + std::string(to_string(kind_)) + " graph cannot run on a " +
                 std::string(to_string(stream.kind())) + " stream");
+  if (stream.capturing())
+    throw Error("Graph::replay: the stream is capturing; a graph cannot be replayed into a capture");
   impl_->replay(stream.impl());
 }
-
-namespace {
-constexpr std::size_t kHostAlignment = 64;
-}  // namespace
 
 DeviceBuffer::DeviceBuffer(BackendKind kind, std::size_t bytes) : bytes_(bytes), kind_(kind) {
   if (bytes == 0) return;
@@ -67,7 +65,7 @@ DeviceBuffer::DeviceBuffer(BackendKind kind, std::size_t bytes) : bytes_(bytes),
     return;
   }
   // Exactly `bytes` (not rounded up), so that sanitizers see any access past the end.
-  if (posix_memalign(&data_, kHostAlignment, bytes) != 0) throw std::bad_alloc();
+  if (posix_memalign(&data_, kDeviceBufferAlignment, bytes) != 0) throw std::bad_alloc();
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -120,6 +118,11 @@ void DeviceBuffer::copy_to_host(void* dst, std::size_t bytes, std::size_t offset
   const char* src = static_cast<const char*>(data_) + offset;
   if (kind_ == BackendKind::cuda) detail::cuda::copy_to_host(dst, src, bytes);
   else std::memcpy(dst, src, bytes);
+}
+
+CopyPlacement place_copy(const void* host, std::size_t bytes) {
+  const std::size_t offset = reinterpret_cast<std::uintptr_t>(host) % kDeviceBufferAlignment;
+  return {offset, offset + bytes};
 }
 
 void DeviceBuffer::fill_bytes(unsigned char value) {

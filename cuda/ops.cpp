@@ -12,15 +12,17 @@ namespace {
 
 using detail::StreamImpl;
 
-// THD: zero the stream's scratch word, then let the check kernel OR the cu_seqlens bits into
-// it (and into the caller's word); the main kernel reads it. SBHD: nothing.
+// THD: zero the call's scratch word (the stream's, or its own in a capture), then let the
+// check kernel OR the cu_seqlens bits into it (and into the caller's word); the main kernel
+// reads it. SBHD: nothing.
 void prepare_positions(StreamImpl& stream, kernels::PositionArgs& positions) {
   if (positions.layout != TokenLayout::thd) return;
-  positions.cu_check = stream.scratch_status();
-  stream.clear_scratch_status();
+  DeviceStatus* const scratch = stream.take_scratch_status();
+  positions.cu_check = scratch;
+  stream.clear_scratch_status(scratch);
   detail::CuSeqlensCheckLaunch check =
       detail::make_cu_seqlens_check_launch(positions, stream.profile());
-  check.args.cu_check = stream.scratch_status();
+  check.args.cu_check = scratch;
   stream.launch(check);
 }
 

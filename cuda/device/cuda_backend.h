@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "launch/stream_impl.h"
 
@@ -12,8 +13,13 @@ namespace mlarope::detail::cuda {
 
 /// True when a CUDA device can be used.
 bool device_available();
-/// A new CUDA stream with its scratch status word.
+/// A new CUDA stream with its scratch status word; throws mlarope::Error (and leaks nothing)
+/// when the stream or its memory cannot be had.
 std::unique_ptr<StreamImpl> make_stream();
+/// Bytes of device memory free now (cudaMemGetInfo).
+std::size_t free_memory();
+/// The calling thread's pending CUDA error, taken off (empty: none).
+std::string take_last_error();
 /// `bytes` bytes of device memory.
 void* allocate(std::size_t bytes);
 /// Free memory from allocate (null is fine).

@@ -1,81 +1,111 @@
 // The CUDA backend's stream, graph, memory and device query (see cuda_backend.h).
 #include <cuda_runtime_api.h>
 
-#include <stdexcept>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "device/cuda_backend.h"
 #include "device/cuda_launch.h"
+#include "device/cuda_owners.h"
+#include "launch/scratch_arena.h"
 #include "mlarope/error.h"
 
 namespace mlarope::detail::cuda {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("mlarope CUDA: ") + what + ": " + cudaGetErrorString(e));
+// Device memory for the scratch words of a capture (allocate may run while capturing).
+DeviceStatus* allocate_words(std::size_t words) {
+  RelaxedCaptureMode relaxed;
+  void* p = nullptr;
+  check(cudaMalloc(&p, words * sizeof(DeviceStatus)), "cudaMalloc(capture scratch)");
+  return static_cast<DeviceStatus*>(p);
+}
+void release_words(DeviceStatus* block) noexcept { DeviceMemoryOwner::deleter_type{}(block); }
+
+StreamOwner create_stream() {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  return StreamOwner(s);
 }
 
-class CudaGraph;
+DeviceMemoryOwner allocate_owned(std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), what);
+  return DeviceMemoryOwner(p);
+}
+
+EventOwner create_event() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  return EventOwner(e);
+}
 
 class CudaStream final : public StreamImpl {
  public:
-  CudaStream() {
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    void* scratch = nullptr;
-    check(cudaMalloc(&scratch, sizeof(DeviceStatus)), "cudaMalloc(scratch status)");
-    scratch_ = static_cast<DeviceStatus*>(scratch);
-    check(cudaMemsetAsync(scratch_, 0, sizeof(DeviceStatus), stream_), "cudaMemset(scratch)");
+  CudaStream()
+      : stream_(create_stream()),
+        scratch_(allocate_owned(sizeof(DeviceStatus), "cudaMalloc(scratch status)")) {
+    check(cudaMemsetAsync(scratch_.get(), 0, sizeof(DeviceStatus), stream_.get()),
+          "cudaMemset(scratch)");
   }
+  // NOTE: first end a capture in progress (synchronizing a capturing stream is illegal), then
+  // wait for the eager work that uses the scratch word; the owners free the rest.
   ~CudaStream() override {
-    cudaStreamSynchronize(stream_);
-    cudaFree(scratch_);
-    cudaStreamDestroy(stream_);
+    discard_capture();
+    RelaxedCaptureMode relaxed;
+    cudaStreamSynchronize(stream_.get());
   }
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
 
   BackendKind kind() const override { return BackendKind::cuda; }
   LaunchProfile profile() const override { return cuda_launch_profile(); }
-  DeviceStatus* scratch_status() override { return scratch_; }
-  void clear_scratch_status() override {
-    check(cudaMemsetAsync(scratch_, 0, sizeof(DeviceStatus), stream_), "cudaMemsetAsync");
+  DeviceStatus* take_scratch_status() override {
+    return capture_scratch_ ? capture_scratch_->take() : static_cast<DeviceStatus*>(scratch_.get());
+  }
+  void clear_scratch_status(DeviceStatus* word) override {
+    check(cudaMemsetAsync(word, 0, sizeof(DeviceStatus), stream_.get()), "cudaMemsetAsync");
   }
   void launch(const CuSeqlensCheckLaunch& l) override { run(l); }
   void launch(const RopeLaunch& l) override { run(l); }
   void launch(const KvSplitLaunch& l) override { run(l); }
   void launch(const KvSplitBackwardLaunch& l) override { run(l); }
   void launch(const YarnLaunch& l) override { run(l); }
-  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-  void begin_capture() override {
-    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin_capture");
-    capturing_ = true;
-  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize"); }
+  void begin_capture() override;
   std::unique_ptr<GraphImpl> end_capture() override;
-  bool capturing() const override { return capturing_; }
-  void* native_handle() const override { return static_cast<void*>(stream_); }
+  bool capturing() const override { return capture_scratch_ != nullptr; }
+  void* native_handle() const override { return static_cast<void*>(stream_.get()); }
 
   /// The CUDA stream.
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return stream_.get(); }
 
  private:
   template <class Launch>
   void run(const Launch& l) {
-    cuda_launch::launch(l, stream_);
+    cuda_launch::launch(l, stream_.get());
     check(cudaGetLastError(), "kernel launch");
   }
+  /// End a capture in progress and drop what it recorded (never throws).
+  void discard_capture() noexcept;
 
-  cudaStream_t stream_ = nullptr;
-  DeviceStatus* scratch_ = nullptr;
-  bool capturing_ = false;
+  StreamOwner stream_;
+  DeviceMemoryOwner scratch_;  ///< the eager THD calls' status word
+  std::unique_ptr<ScratchArena> capture_scratch_;  ///< while capturing: the captured calls' words
 };
 
+// An instantiated graph and the scratch words its nodes use. CUDA runs the launches of one
+// graph one after the other; launching it is not thread-safe, hence the mutex.
 class CudaGraph final : public GraphImpl {
  public:
-  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec) : graph_(graph), exec_(exec) {}
+  CudaGraph(std::unique_ptr<ScratchArena> scratch, GraphOwner graph, GraphExecOwner exec)
+      : scratch_(std::move(scratch)), graph_(std::move(graph)), exec_(std::move(exec)),
+        last_replay_(create_event()) {}
+  // NOTE: the scratch words are freed last, after the last replay ended.
   ~CudaGraph() override {
-    cudaGraphExecDestroy(exec_);
-    cudaGraphDestroy(graph_);
+    RelaxedCaptureMode relaxed;
+    cudaEventSynchronize(last_replay_.get());
   }
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -83,30 +113,53 @@ class CudaGraph final : public GraphImpl {
   void replay(StreamImpl& stream) override {
     auto* cuda = dynamic_cast<CudaStream*>(&stream);
     if (cuda == nullptr) throw Error("Graph::replay: a CUDA graph needs a CUDA stream");
-    check(cudaGraphLaunch(exec_, cuda->stream()), "cudaGraphLaunch");
+    const std::lock_guard<std::mutex> one_at_a_time(replaying_);
+    check(cudaGraphLaunch(exec_.get(), cuda->stream()), "cudaGraphLaunch");
+    check(cudaEventRecord(last_replay_.get(), cuda->stream()), "cudaEventRecord");
   }
 
  private:
-  cudaGraph_t graph_;
-  cudaGraphExec_t exec_;
+  std::unique_ptr<ScratchArena> scratch_;
+  GraphOwner graph_;
+  GraphExecOwner exec_;
+  EventOwner last_replay_;
+  std::mutex replaying_;
 };
 
+void CudaStream::begin_capture() {
+  if (capturing()) throw Error("begin_capture: the stream is already capturing");
+  auto scratch = std::make_unique<ScratchArena>(allocate_words, release_words);
+  check(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), "begin_capture");
+  capture_scratch_ = std::move(scratch);
+}
+
 std::unique_ptr<GraphImpl> CudaStream::end_capture() {
-  cudaGraph_t graph = nullptr;
-  capturing_ = false;
-  check(cudaStreamEndCapture(stream_, &graph), "end_capture");
+  if (!capturing()) throw Error("end_capture: the stream is not capturing");
+  std::unique_ptr<ScratchArena> scratch = std::move(capture_scratch_);
+  cudaGraph_t captured = nullptr;
+  check(cudaStreamEndCapture(stream_.get(), &captured), "end_capture");
+  GraphOwner graph(captured);
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-  if (e != cudaSuccess) cudaGraphDestroy(graph);
-  check(e, "cudaGraphInstantiate");
-  return std::make_unique<CudaGraph>(graph, exec);
+  check(cudaGraphInstantiate(&exec, graph.get(), 0), "cudaGraphInstantiate");
+  return std::make_unique<CudaGraph>(std::move(scratch), std::move(graph), GraphExecOwner(exec));
+}
+
+void CudaStream::discard_capture() noexcept {
+  if (!capturing()) return;
+  cudaGraph_t captured = nullptr;
+  cudaStreamEndCapture(stream_.get(), &captured);  // fails for an invalidated capture: no graph
+  GraphOwner dropped(captured);
+  cudaGetLastError();  // the capture's error, if any, is not the next call's
+  capture_scratch_.reset();
 }
 
 }  // namespace
 
 bool device_available() {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  const bool found = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  if (!found) cudaGetLastError();
+  return found;
 }
 
 std::unique_ptr<StreamImpl> make_stream() {
@@ -114,14 +167,20 @@ std::unique_ptr<StreamImpl> make_stream() {
   return std::make_unique<CudaStream>();
 }
 
-void* allocate(std::size_t bytes) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc");
-  return p;
+std::size_t free_memory() {
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
 }
 
-void release(void* p) noexcept { cudaFree(p); }
+std::string take_last_error() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? std::string() : cudaGetErrorString(e);
+}
 
+void* allocate(std::size_t bytes) { return allocate_owned(bytes, "cudaMalloc").release(); }
+
+void release(void* p) noexcept { DeviceMemoryOwner::deleter_type{}(p); }
 // NOTE: our streams are non-blocking, so they do not wait for the legacy default stream on
 // which cudaMemcpy / cudaMemset run (and a pageable host-to-device cudaMemcpy may return
 // before its DMA ends): synchronize, so the copy is complete for every stream.

@@ -11,6 +11,8 @@ namespace {
 
 bool device_available() { return false; }
 std::unique_ptr<StreamImpl> make_stream() { unavailable("Stream::cuda"); }
+std::size_t free_memory() { return 0; }
+std::string take_last_error() { return {}; }
 void* allocate(std::size_t) { unavailable("DeviceBuffer(cuda)"); }
 void release(void*) noexcept {}
 void copy_to_device(void*, const void*, std::size_t) { unavailable("DeviceBuffer::copy_from_host"); }

@@ -26,6 +26,10 @@ std::string kernel_name(const char* op, const char* variant, DType dtype) {
   return std::string(op) + "/" + variant + "/" + std::string(to_string(dtype));
 }
 
+// Host memory for the scratch words of a capture.
+DeviceStatus* allocate_words(std::size_t words) { return new DeviceStatus[words]; }
+void release_words(DeviceStatus* block) noexcept { delete[] block; }
+
 }  // namespace
 
 HostStream::HostStream(const HostStreamOptions& options, const KernelTable& kernels)
@@ -35,10 +39,7 @@ HostStream::HostStream(const HostStreamOptions& options, const KernelTable& kern
       model_stats_(std::make_shared<std::vector<kernels::gpu_model::LaunchStats>>()),
       scratch_(std::make_unique<Scratch>()) {}
 
-void HostStream::set_footprint(const detail::Footprint& footprint) {
-  footprint_ = footprint;
-  footprint_.add_status("scratch", &scratch_->word);  // the cu_seqlens check's word
-}
+void HostStream::set_footprint(const detail::Footprint& footprint) { footprint_ = footprint; }
 
 void throw_model_findings(const kernels::gpu_model::Recorder& recorder) {
   if (recorder.findings().empty()) return;
@@ -63,8 +64,13 @@ void HostStream::submit(Operation op) {
   else op(executor_);
 }
 
-void HostStream::clear_scratch_status() {
-  DeviceStatus* word = &scratch_->word;
+DeviceStatus* HostStream::take_scratch_status() {
+  DeviceStatus* word = capturing_ ? capture_scratch_->take() : &scratch_->word;
+  footprint_.add_status("scratch", word);  // the cu_seqlens check's word
+  return word;
+}
+
+void HostStream::clear_scratch_status(DeviceStatus* word) {
   submit([word](const HostExecutor&) { *word = kStatusOk; });
 }
 
@@ -88,6 +94,7 @@ void HostStream::launch(const detail::YarnLaunch& l) {
 
 void HostStream::begin_capture() {
   if (capturing_) throw Error("begin_capture: the stream is already capturing");
+  capture_scratch_ = std::make_unique<detail::ScratchArena>(allocate_words, release_words);
   capturing_ = true;
   recorded_.clear();
 }
@@ -95,12 +102,13 @@ void HostStream::begin_capture() {
 std::unique_ptr<detail::GraphImpl> HostStream::end_capture() {
   if (!capturing_) throw Error("end_capture: the stream is not capturing");
   capturing_ = false;
-  return std::make_unique<HostGraph>(std::move(recorded_));
+  return std::make_unique<HostGraph>(std::exchange(recorded_, {}), std::move(capture_scratch_));
 }
 
 void HostGraph::replay(detail::StreamImpl& stream) {
   auto* host = dynamic_cast<HostStream*>(&stream);
   if (host == nullptr) throw Error("Graph::replay: a host graph needs a host stream");
+  const std::lock_guard<std::mutex> one_at_a_time(replaying_);
   for (const HostStream::Operation& op : operations_) host->submit(op);
 }
 

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "host/host_executor.h"
 #include "host/gpu_model.h"
 #include "host/host_kernels.h"
+#include "launch/scratch_arena.h"
 #include "launch/stream_impl.h"
 
 namespace mlarope::host {
@@ -29,8 +31,8 @@ class HostStream : public detail::StreamImpl {
 
   BackendKind kind() const override { return BackendKind::host; }
   detail::LaunchProfile profile() const override;
-  DeviceStatus* scratch_status() override { return &scratch_->word; }
-  void clear_scratch_status() override;
+  DeviceStatus* take_scratch_status() override;
+  void clear_scratch_status(DeviceStatus* word) override;
   void launch(const detail::CuSeqlensCheckLaunch& l) override;
   void launch(const detail::RopeLaunch& l) override;
   void launch(const detail::KvSplitLaunch& l) override;
@@ -73,6 +75,7 @@ class HostStream : public detail::StreamImpl {
   std::unique_ptr<Scratch> scratch_;
   bool capturing_ = false;
   std::vector<Operation> recorded_;
+  std::unique_ptr<detail::ScratchArena> capture_scratch_;  ///< the words of the captured calls
 };
 
 /// Throws mlarope::Error listing what the GPU model found in a launch (if anything).
@@ -98,16 +101,19 @@ void HostStream::submit_launch(std::string kernel, void (*run)(const HostExecuto
   });
 }
 
-/// Launches recorded by a HostStream.
+/// Launches recorded by a HostStream, and the scratch words they use.
 class HostGraph final : public detail::GraphImpl {
  public:
-  /// A graph of `operations`, in order.
-  explicit HostGraph(std::vector<HostStream::Operation> operations)
-      : operations_(std::move(operations)) {}
+  /// A graph of `operations`, in order, which refer to words of `scratch`.
+  HostGraph(std::vector<HostStream::Operation> operations,
+            std::unique_ptr<detail::ScratchArena> scratch)
+      : operations_(std::move(operations)), scratch_(std::move(scratch)) {}
   void replay(detail::StreamImpl& stream) override;
 
  private:
   std::vector<HostStream::Operation> operations_;
+  std::unique_ptr<detail::ScratchArena> scratch_;
+  std::mutex replaying_;  ///< one replay at a time, like the launches of one CUDA graph
 };
 
 }  // namespace mlarope::host

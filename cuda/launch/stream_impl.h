@@ -30,15 +30,17 @@ inline LaunchProfile cuda_launch_profile() {
 
 class StreamImpl;
 
-/// A captured sequence of launches.
+/// A captured sequence of launches and the scratch words they use (the graph owns them).
 class GraphImpl {
  public:
   virtual ~GraphImpl() = default;
-  /// Run the launches again on `stream`, reading what the buffers hold now.
+  /// Run the launches again on `stream` (not capturing), reading what the buffers hold now.
+  /// Thread-safe; replays of one graph run one after the other, like a CUDA graph's launches.
   virtual void replay(StreamImpl& stream) = 0;
 };
 
-/// One backend stream: an ordered queue of launches that owns a scratch status word.
+/// One backend stream: an ordered queue of launches that owns a scratch status word for its
+/// eager THD calls; a capture gives each THD call a word of its own, which the graph owns.
 class StreamImpl {
  public:
   virtual ~StreamImpl() = default;
@@ -46,10 +48,11 @@ class StreamImpl {
   virtual BackendKind kind() const = 0;
   /// Grid preferences of this backend.
   virtual LaunchProfile profile() const = 0;
-  /// The stream's scratch status word (device memory), for the THD cu_seqlens check.
-  virtual DeviceStatus* scratch_status() = 0;
-  /// Zero the scratch status word (a launch: ordered with the others, captured too).
-  virtual void clear_scratch_status() = 0;
+  /// The scratch status word (device memory) of the THD call being enqueued, for its
+  /// cu_seqlens check: the stream's own word, or while capturing a fresh word of the capture.
+  virtual DeviceStatus* take_scratch_status() = 0;
+  /// Zero a word of take_scratch_status (a launch: ordered with the others, captured too).
+  virtual void clear_scratch_status(DeviceStatus* word) = 0;
   /// The tensors of the call whose launches follow (the GPU model checks accesses against
   /// them; other backends ignore it).
   virtual void set_footprint(const Footprint& footprint) { (void)footprint; }

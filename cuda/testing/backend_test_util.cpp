@@ -82,20 +82,23 @@ ConstTensorView Tensor::host_view() const {
   return make_view<ConstTensorView>(bytes_.data() + kGuardBytes, dtype_, shape_, strides_);
 }
 TensorView Tensor::device_view() {
-  return make_view<TensorView>(device_.as<unsigned char>() + kGuardBytes, dtype_, shape_, strides_);
+  return make_view<TensorView>(device_.as<unsigned char>() + device_offset_ + kGuardBytes, dtype_,
+                               shape_, strides_);
 }
 ConstTensorView Tensor::device_view() const {
   return const_cast<Tensor*>(this)->device_view();
 }
 
 void Tensor::upload(BackendKind kind) {
-  device_ = DeviceBuffer(kind, bytes_.size());
-  device_.copy_from_host(bytes_.data(), bytes_.size());
+  const CopyPlacement at = place_copy(bytes_.data(), bytes_.size());
+  device_ = DeviceBuffer(kind, at.buffer_bytes);
+  device_offset_ = at.offset;
+  sync_to_device();
 }
 
-void Tensor::download() { device_.copy_to_host(bytes_.data(), bytes_.size()); }
+void Tensor::download() { device_.copy_to_host(bytes_.data(), bytes_.size(), device_offset_); }
 
-void Tensor::sync_to_device() { device_.copy_from_host(bytes_.data(), bytes_.size()); }
+void Tensor::sync_to_device() { device_.copy_from_host(bytes_.data(), bytes_.size(), device_offset_); }
 
 std::int64_t Tensor::offset(const std::vector<std::int64_t>& index) const {
   std::int64_t off = 0;
@@ -181,18 +184,21 @@ IndexView IndexArray::host_view() const {
 }
 
 IndexView IndexArray::device_view() const {
-  return {device_.data(), type_, static_cast<std::int64_t>(values_.size())};
+  return {static_cast<const unsigned char*>(device_.data()) + device_offset_, type_,
+          static_cast<std::int64_t>(values_.size())};
 }
 
 void IndexArray::upload(BackendKind kind) {
-  device_ = DeviceBuffer(kind, bytes_.size());
-  device_.copy_from_host(bytes_.data(), bytes_.size());
+  const CopyPlacement at = place_copy(bytes_.data(), bytes_.size());
+  device_ = DeviceBuffer(kind, at.buffer_bytes);
+  device_offset_ = at.offset;
+  device_.copy_from_host(bytes_.data(), bytes_.size(), device_offset_);
 }
 
 void IndexArray::assign(const std::vector<std::int64_t>& values) {
   values_ = values;
   encode();
-  if (device_.data() != nullptr) device_.copy_from_host(bytes_.data(), bytes_.size());
+  if (device_.data() != nullptr) device_.copy_from_host(bytes_.data(), bytes_.size(), device_offset_);
 }
 
 // --- Comparison ------------------------------------------------------------------------------

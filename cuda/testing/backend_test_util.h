@@ -116,6 +116,7 @@ class Tensor {
   std::vector<std::int64_t> shape_, strides_;
   std::vector<unsigned char> bytes_;
   DeviceBuffer device_;
+  std::size_t device_offset_ = 0;  ///< where the storage's copy starts in device_ (place_copy)
 };
 
 /// An index array (cu_seqlens, position_ids, seq_offsets) on the host and mirrored.
@@ -137,6 +138,7 @@ class IndexArray {
   IndexType type_ = IndexType::i32;
   std::vector<unsigned char> bytes_;
   DeviceBuffer device_;
+  std::size_t device_offset_ = 0;
 };
 
 /// One output of a call, compared with the reference's: which last-dim indices are rotated

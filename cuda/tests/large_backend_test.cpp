@@ -1,13 +1,16 @@
 // Sizes past the limits a careless kernel has: more than 65,535 sequences and rows in one
 // launch (grid dims, 16-bit counts), and a tensor spanning more than 2^31 elements (32-bit
-// offsets), the latter on the host backend through a sparse MAP_NORESERVE mapping.
+// offsets), the latter on the host backend through a sparse MAP_NORESERVE mapping and on CUDA
+// in real device memory.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "device/cuda_backend.h"
 #include "testing/backend_cases.h"
 #include "mlarope/host_convert.h"
 #include "reference.h"
@@ -74,15 +77,43 @@ class SparseMapping {
   std::size_t bytes_;
 };
 
+// Memory of a backend for a tensor that spans more than 2^31 elements, of which only a few
+// rows are used: a sparse host mapping on the host backend, device memory on CUDA. The rows
+// are written and read one at a time, never the whole span.
+class SpanMemory {
+ public:
+  SpanMemory(BackendKind kind, std::size_t bytes) {
+    if (kind == BackendKind::host) host_ = std::make_unique<SparseMapping>(bytes);
+    else device_ = DeviceBuffer(kind, bytes);
+  }
+  void* data() { return host_ ? host_->data() : device_.data(); }
+  void write(std::size_t offset, const void* src, std::size_t bytes) {
+    if (host_) std::memcpy(static_cast<char*>(host_->data()) + offset, src, bytes);
+    else device_.copy_from_host(src, bytes, offset);
+  }
+  void read(std::size_t offset, void* dst, std::size_t bytes) const {
+    if (host_) std::memcpy(dst, static_cast<const char*>(host_->data()) + offset, bytes);
+    else device_.copy_to_host(dst, bytes, offset);
+  }
+
+ private:
+  std::unique_ptr<SparseMapping> host_;
+  DeviceBuffer device_;
+};
+
 TEST_P(LargeBackendTest, TensorSpanningMoreThan2To31Elements) {
-  if (backend() != BackendKind::host)
-    GTEST_SKIP() << "the sparse mapping is host memory; this test runs on the host backend";
   constexpr std::int64_t kRows = 3, kHeads = 2, kNope = 8, kEmb = 16, kD = kNope + kEmb;
   constexpr std::int64_t kRowStride = (std::int64_t{1} << 30) + 24;  // row 2 at > 2^31 elements
-  const std::size_t bytes = static_cast<std::size_t>(kRowStride * (kRows - 1) + kHeads * kD) * 2;
-  SparseMapping in_map(bytes), out_map(bytes);
-  ASSERT_NE(in_map.data(), nullptr);
-  ASSERT_NE(out_map.data(), nullptr);
+  constexpr std::int64_t kRowElements = kHeads * kD;                  // contiguous in a row
+  const std::size_t bytes = static_cast<std::size_t>(kRowStride * (kRows - 1) + kRowElements) * 2;
+  if (backend() == BackendKind::cuda && detail::cuda::free_memory() < 2 * bytes + (64u << 20))
+    GTEST_SKIP() << "the CUDA device has " << detail::cuda::free_memory() << " bytes free; this "
+                 << "test needs " << 2 * bytes << " (two bf16 tensors spanning > 2^31 elements)";
+  SpanMemory in_mem(backend(), bytes), out_mem(backend(), bytes);
+  if (backend() == BackendKind::host) {
+    ASSERT_NE(in_mem.data(), nullptr);
+    ASSERT_NE(out_mem.data(), nullptr);
+  }
   auto big_view = [&](void* data) {
     TensorView v;
     v.data = data;
@@ -92,37 +123,116 @@ TEST_P(LargeBackendTest, TensorSpanningMoreThan2To31Elements) {
     v.strides = {kRowStride, kD, 1, 0};
     return v;
   };
+  auto row_offset = [&](std::int64_t row) { return static_cast<std::size_t>(row * kRowStride * 2); };
   // The same rows, compactly, for the reference.
   Tensor compact(DType::bf16, {kRows, kHeads, kD});
   Rng rng(8);
   compact.fill_uniform(rng);
-  auto* in = static_cast<std::uint16_t*>(in_map.data());
-  compact.for_each_index([&](const std::vector<std::int64_t>& i) {
-    in[i[0] * kRowStride + i[1] * kD + i[2]] = bf16_bits_from_double(compact.get(i));
-  });
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    std::vector<std::uint16_t> row(kRowElements);
+    for (std::int64_t e = 0; e < kRowElements; ++e)
+      row[e] = bf16_bits_from_double(compact.get({r, e / kD, e % kD}));
+    in_mem.write(row_offset(r), row.data(), row.size() * 2);
+  }
   Tensor cos = random_table(DType::f32, 8, kEmb, rng), sin = random_table(DType::f32, 8, kEmb, rng);
   IndexArray cu({0, 1, 3});
+  for (Tensor* t : {&cos, &sin}) t->upload(backend());
+  cu.upload(backend());
   RopeArgs a;
   a.nope_dim = kNope;
   a.emb_dim = kEmb;
-  a.rotation.cos = cos.host_view();
-  a.rotation.sin = sin.host_view();
+  a.rotation.cos = cos.device_view();
+  a.rotation.sin = sin.device_view();
   a.positions.layout = TokenLayout::thd;
-  a.positions.cu_seqlens = cu.host_view();
+  a.positions.cu_seqlens = cu.device_view();
   Stream stream = make_stream();
-  rope({big_view(in_map.data()), big_view(out_map.data()), a}, stream);
-  rope_inplace({big_view(in_map.data()), a}, stream);
+  rope({big_view(in_mem.data()), big_view(out_mem.data()), a}, stream);
+  rope_inplace({big_view(in_mem.data()), a}, stream);
+  stream.synchronize();
+  RopeArgs host_args = a;
+  host_args.rotation.cos = cos.host_view();
+  host_args.rotation.sin = sin.host_view();
+  host_args.positions.cu_seqlens = cu.host_view();
   Tensor expected(DType::bf16, {kRows, kHeads, kD});
-  reference::rope({compact.host_view(), expected.host_view(), a});
-  const auto* out = static_cast<const std::uint16_t*>(out_map.data());
+  reference::rope({compact.host_view(), expected.host_view(), host_args});
+  std::int64_t mismatches = 0;
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    std::vector<std::uint16_t> out(kRowElements), in(kRowElements);
+    out_mem.read(row_offset(r), out.data(), out.size() * 2);
+    in_mem.read(row_offset(r), in.data(), in.size() * 2);
+    for (std::int64_t e = 0; e < kRowElements; ++e) {
+      const std::uint16_t want = bf16_bits_from_double(expected.get({r, e / kD, e % kD}));
+      // f32 arithmetic vs exact: allow one bf16 ulp on the rotated part.
+      const int diff = std::abs(static_cast<int>(out[e]) - static_cast<int>(want));
+      const int diff_in_place = std::abs(static_cast<int>(in[e]) - static_cast<int>(want));
+      mismatches += (e % kD < kNope ? diff != 0 : diff > 1) + (diff_in_place > 1);
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// A dense SBHD tensor of more than 2^31 elements in device memory (the host backend runs the
+// sparse test above): every row is computed, the last rows (past 2^31 elements) are checked.
+TEST_P(LargeBackendTest, DenseTensorOfMoreThan2To31ElementsOnTheDevice) {
+  if (backend() != BackendKind::cuda)
+    GTEST_SKIP() << "device memory only; on the host backend the sparse test above spans 2^31";
+  constexpr std::int64_t kSeq = 4, kHeads = 1, kNope = 8, kEmb = 16, kD = kNope + kEmb;
+  constexpr std::int64_t kBatch = (std::int64_t{1} << 31) / (kSeq * kD) + 1;  // > 2^31 elements
+  constexpr std::int64_t kChecked = 64;  // the last rows of the last sequence position
+  const std::size_t bytes = static_cast<std::size_t>(kSeq * kBatch * kHeads * kD) * 2;
+  if (detail::cuda::free_memory() < 2 * bytes + (64u << 20))
+    GTEST_SKIP() << "the CUDA device has " << detail::cuda::free_memory() << " bytes free; this "
+                 << "test needs " << 2 * bytes << " (two dense bf16 tensors of > 2^31 elements)";
+  DeviceBuffer in(backend(), bytes), out(backend(), bytes);
+  in.fill_bytes(0x3f);
+  Tensor last(DType::bf16, {1, kChecked, kHeads, kD});  // rows (kSeq - 1, kBatch - kChecked ...)
+  Rng rng(9);
+  last.fill_uniform(rng);
+  const std::size_t last_offset = bytes - static_cast<std::size_t>(kChecked * kHeads * kD) * 2;
+  const std::size_t last_bytes = bytes - last_offset;
+  const auto* last_data = last.storage().data() + kGuardBytes;
+  in.copy_from_host(last_data, last_bytes, last_offset);
+  Tensor cos = random_table(DType::f32, kSeq, kEmb, rng), sin = random_table(DType::f32, kSeq, kEmb, rng);
+  cos.upload(backend());
+  sin.upload(backend());
+  auto view = [&](void* data) {
+    TensorView v;
+    v.data = data;
+    v.dtype = DType::bf16;
+    v.rank = 4;
+    v.shape = {kSeq, kBatch, kHeads, kD};
+    v.strides = {kBatch * kHeads * kD, kHeads * kD, kD, 1};
+    return v;
+  };
+  RopeArgs a;
+  a.nope_dim = kNope;
+  a.emb_dim = kEmb;
+  a.rotation.cos = cos.device_view();
+  a.rotation.sin = sin.device_view();
+  Stream stream = make_stream();
+  rope({view(in.data()), view(out.data()), a}, stream);
+  rope_inplace({view(in.data()), a}, stream);
+  stream.synchronize();
+  // The reference on the checked rows alone: sequence position kSeq - 1 is table row kSeq - 1.
+  RopeArgs host_args = a;
+  host_args.rotation.cos = cos.host_view();
+  host_args.rotation.sin = sin.host_view();
+  for (ConstTensorView* t : {&host_args.rotation.cos, &host_args.rotation.sin}) {
+    t->data = static_cast<const float*>(t->data) + (kSeq - 1) * kEmb;
+    t->shape[0] = 1;
+  }
+  Tensor expected(DType::bf16, {1, kChecked, kHeads, kD});
+  reference::rope({last.host_view(), expected.host_view(), host_args});
+  std::vector<std::uint16_t> got_out(last_bytes / 2), got_in(last_bytes / 2);
+  out.copy_to_host(got_out.data(), last_bytes, last_offset);
+  in.copy_to_host(got_in.data(), last_bytes, last_offset);
   std::int64_t mismatches = 0;
   expected.for_each_index([&](const std::vector<std::int64_t>& i) {
-    const std::int64_t off = i[0] * kRowStride + i[1] * kD + i[2];
+    const std::int64_t e = (i[1] * kHeads + i[2]) * kD + i[3];
     const std::uint16_t want = bf16_bits_from_double(expected.get(i));
-    // f32 arithmetic vs exact: allow one bf16 ulp on the rotated part.
-    const int diff = std::abs(static_cast<int>(out[off]) - static_cast<int>(want));
-    const int diff_in_place = std::abs(static_cast<int>(in[off]) - static_cast<int>(want));
-    mismatches += (i[2] < kNope ? diff != 0 : diff > 1) + (diff_in_place > 1);
+    const int diff = std::abs(static_cast<int>(got_out[e]) - static_cast<int>(want));
+    const int diff_in_place = std::abs(static_cast<int>(got_in[e]) - static_cast<int>(want));
+    mismatches += (i[3] < kNope ? diff != 0 : diff > 1) + (diff_in_place > 1);
   });
   EXPECT_EQ(mismatches, 0);
 }

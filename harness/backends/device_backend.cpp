@@ -41,28 +41,19 @@ class DeviceMirror {
     const std::int64_t size = static_cast<std::int64_t>(dtype_size(v.dtype));
     const char* host = static_cast<const char*>(v.data) + low * size;
     const std::size_t bytes = static_cast<std::size_t>((high - low + 1) * size);
-    buffers_.emplace_back(BackendKind::cuda, bytes);
-    buffers_.back().copy_from_host(host, bytes);
-    if (output) copy_back_.push_back({const_cast<char*>(host), bytes, buffers_.size() - 1});
-    v.data = static_cast<char*>(buffers_.back().data()) - low * size;
+    v.data = static_cast<char*>(copy(host, bytes, output)) - low * size;
     return v;
   }
   /// A device copy of an index array.
   IndexView mirror(IndexView v) {
     if (!v.present() || v.size <= 0) return v;
-    const std::size_t bytes = static_cast<std::size_t>(v.size) * index_size(v.type);
-    buffers_.emplace_back(BackendKind::cuda, bytes);
-    buffers_.back().copy_from_host(v.data, bytes);
-    v.data = buffers_.back().data();
+    v.data = copy(v.data, static_cast<std::size_t>(v.size) * index_size(v.type), false);
     return v;
   }
   /// A device status word holding the host word's value; copied back on finish.
   DeviceStatus* mirror(DeviceStatus* status) {
     if (!status) return nullptr;
-    buffers_.emplace_back(BackendKind::cuda, sizeof(DeviceStatus));
-    buffers_.back().copy_from_host(status, sizeof(DeviceStatus));
-    copy_back_.push_back({reinterpret_cast<char*>(status), sizeof(DeviceStatus), buffers_.size() - 1});
-    return buffers_.back().as<DeviceStatus>();
+    return static_cast<DeviceStatus*>(copy(status, sizeof(DeviceStatus), true));
   }
   Rotation mirror(Rotation r) {
     r.cos = mirror(r.cos, false);
@@ -85,15 +76,25 @@ class DeviceMirror {
   /// Wait for the stream and copy the outputs back to host memory.
   void finish(Stream& stream) {
     stream.synchronize();
-    for (const CopyBack& c : copy_back_) buffers_[c.buffer].copy_to_host(c.host, c.bytes);
+    for (const CopyBack& c : copy_back_) buffers_[c.buffer].copy_to_host(c.host, c.bytes, c.offset);
   }
 
  private:
   struct CopyBack {
-    char* host;
+    void* host;
     std::size_t bytes;
     std::size_t buffer;
+    std::size_t offset;
   };
+
+  // A device copy of `bytes` bytes at `host`, placed by place_copy; its device address.
+  void* copy(const void* host, std::size_t bytes, bool output) {
+    const CopyPlacement at = place_copy(host, bytes);
+    buffers_.emplace_back(BackendKind::cuda, at.buffer_bytes);
+    buffers_.back().copy_from_host(host, bytes, at.offset);
+    if (output) copy_back_.push_back({const_cast<void*>(host), bytes, buffers_.size() - 1, at.offset});
+    return static_cast<char*>(buffers_.back().data()) + at.offset;
+  }
   std::vector<DeviceBuffer> buffers_;
   std::vector<CopyBack> copy_back_;
 };

@@ -70,13 +70,15 @@ class GraphImpl;
 class Graph;
 
 /// An ordered queue of launches on one backend. Host streams run each launch before the call
-/// returns; CUDA streams are asynchronous. Each stream owns a small scratch status word,
-/// which THD calls use: do not run two THD calls of one stream's graph concurrently.
+/// returns; CUDA streams are asynchronous. Each stream owns a small scratch status word, which
+/// its eager THD calls use; while capturing, each THD call gets a word of its own, which the
+/// graph owns (see Graph). Destroying a stream mid-capture ends the capture and drops it.
 class Stream {
  public:
   /// A host-backend stream.
   static Stream host(const HostStreamOptions& options = {});
-  /// A CUDA stream on the current device; throws mlarope::Error when none is available.
+  /// A CUDA stream on the current device; throws mlarope::Error when none is available, or
+  /// when the stream or its scratch word cannot be had (nothing leaks).
   static Stream cuda();
   /// A stream of `kind` with default options.
   static Stream create(BackendKind kind);
@@ -112,14 +114,18 @@ class Stream {
 };
 
 /// Captured launches. A replay reads what the buffers hold at replay time (new cu_seqlens,
-/// position ids, inputs), exactly like a CUDA graph.
+/// position ids, inputs), exactly like a CUDA graph. A graph owns the scratch words of its THD
+/// calls: it may outlive the stream that captured it and replay on any stream of its backend,
+/// concurrently with other work there; replays of one graph run one after the other (as
+/// CUDA runs the launches of one graph), whichever streams and threads they come from.
 class Graph {
  public:
   Graph(Graph&&) noexcept;
   Graph& operator=(Graph&&) noexcept;
   ~Graph();
 
-  /// Enqueue the captured launches on `stream` (same backend as the capture).
+  /// Enqueue the captured launches on `stream` (same backend as the capture, not capturing:
+  /// throws mlarope::Error otherwise). Thread-safe.
   void replay(Stream& stream);
 
  private:
@@ -129,8 +135,8 @@ class Graph {
   BackendKind kind_;
 };
 
-/// Memory that a backend's kernels can access: device memory on CUDA, 64-byte aligned host
-/// memory on the host backend. Copies and fills are synchronous (complete when they return)
+/// Memory that a backend's kernels can access: device memory on CUDA, host memory on the host
+/// backend, both kDeviceBufferAlignment aligned. Copies and fills are synchronous (complete when they return)
 /// and not ordered with any stream: synchronize the stream before copying results back, and
 /// do not copy while a stream is capturing.
 class DeviceBuffer {
@@ -172,6 +178,21 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
   BackendKind kind_ = BackendKind::host;
 };
+
+/// The alignment of a DeviceBuffer's memory on both backends (cudaMalloc's).
+inline constexpr std::size_t kDeviceBufferAlignment = 256;
+
+/// Where a DeviceBuffer holds a copy of `bytes` bytes of host memory at `host`: a buffer of
+/// `buffer_bytes`, the copy at `offset` in it.
+struct CopyPlacement {
+  std::size_t offset = 0;
+  std::size_t buffer_bytes = 0;
+};
+
+/// The placement of a device copy of host memory that keeps the host address modulo
+/// kDeviceBufferAlignment, so that a misaligned or odd-offset host view reaches the kernels
+/// as such (test mirrors of host tensors use it).
+CopyPlacement place_copy(const void* host, std::size_t bytes);
 
 /// The launches that the GPU model measured on `stream` since the last take (empty unless
 /// `stream` is a host stream with HostStreamOptions::gpu_model).
