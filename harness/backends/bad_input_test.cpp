@@ -33,17 +33,21 @@ constexpr std::int64_t kI64Min = std::numeric_limits<std::int64_t>::min();
 
 // The CUDA backend gets a device copy of the whole arena (every pointer of the call moved into
 // it) and the whole arena back afterwards, so writes outside the views show up on the host too.
+// The copy keeps each address modulo 256 (place_copy), so misaligned views stay misaligned.
 class DeviceArena {
  public:
-  explicit DeviceArena(Arena& arena) : arena_(arena), buffer_(BackendKind::cuda, arena.size()) {
-    buffer_.copy_from_host(arena.base(), arena.size());
+  explicit DeviceArena(Arena& arena)
+      : arena_(arena),
+        placement_(place_copy(arena.base(), arena.size())),
+        buffer_(BackendKind::cuda, placement_.buffer_bytes) {
+    buffer_.copy_from_host(arena.base(), arena.size(), placement_.offset);
   }
   template <class P>
   P* move(P* p) const {
     const auto* c = reinterpret_cast<const unsigned char*>(p);
     if (c < arena_.base() || c >= arena_.base() + arena_.size()) return p;
     return reinterpret_cast<P*>(const_cast<unsigned char*>(
-        static_cast<const unsigned char*>(buffer_.data()) + (c - arena_.base())));
+        static_cast<const unsigned char*>(buffer_.data()) + placement_.offset + (c - arena_.base())));
   }
   template <class Void>
   BasicTensorView<Void> move(BasicTensorView<Void> v) const {
@@ -60,10 +64,11 @@ class DeviceArena {
     a.status = move(a.status);
     return a;
   }
-  void copy_back() { buffer_.copy_to_host(arena_.base(), arena_.size()); }
+  void copy_back() { buffer_.copy_to_host(arena_.base(), arena_.size(), placement_.offset); }
 
  private:
   Arena& arena_;
+  CopyPlacement placement_;
   DeviceBuffer buffer_;
 };
 
