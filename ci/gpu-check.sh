@@ -1,79 +1,108 @@
 #!/usr/bin/env bash
-# The GPU check, for a machine with an NVIDIA GPU and the CUDA toolkit but no network:
-# build with CUDA, run the whole test suite (the CUDA instances run instead of skipping,
-# real CUDA graph capture and replay included), fuzz the CUDA backend, run compute-sanitizer
-# memcheck and racecheck over cases of every kernel, run the benchmarks, and write everything
-# to one folder (OUT_DIR, default $OUT or gpu-check-out) ending with a short table.
-# Dependencies: found on the machine, or unpacked from .gpu-deps/debs (made by ci/gpu-deps.sh).
+# The GPU check, for a machine with an NVIDIA GPU and the CUDA toolkit but no network and none
+# of our dependencies: they come from .gpu-deps (made here by ci/gpu-deps.sh and carried along).
+# Run `bash ci/gpu-check.sh --help` for the steps, options and environment variables.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT_DIR:-${OUT:-gpu-check-out}}
-mkdir -p "$out"
-fuzz_seconds=${FUZZ_SECONDS:-60}
-declare -a rows=()
-row() { rows+=("$(printf '%-22s %-6s %6ss  %s' "$1" "$2" "$3" "$4")"); }
 
-# Run a step: NAME LOG COMMAND...; records status and time.
-step() {
-  local name=$1 log=$2; shift 2
-  local start=$SECONDS
-  "$@" >"$out/$log" 2>&1
-  local rc=$?
-  local status=ok; [ $rc -eq 0 ] || status="rc=$rc"
-  row "$name" "$status" "$((SECONDS - start))" "$(tail -n 1 "$out/$log" | cut -c1-70)"
-  return $rc
+usage() {
+  cat <<'EOF'
+Usage: bash ci/gpu-check.sh [--dry-run] [--help]
+
+Builds mlarope for sm_90 with the CUDA backend and the benchmarks, finding its dependencies
+only in .gpu-deps/prefix (bash ci/gpu-deps.sh makes it), then runs, each step under a timeout:
+  device            nvidia-smi, and one example case on the CUDA backend
+  ctest             every CTest test; the CUDA instances must run (none may skip for want of a device)
+  properties        the property binaries again with MLAROPE_BACKEND=cuda
+  fuzz              mlarope fuzz --backend cuda for FUZZ_SECONDS
+  megatron-cases    the Megatron cases of .gpu-deps/cases on the reference, host and cuda backends
+  graph-replay      the CUDA graph capture and replay tests (GraphBackendTest.*/cuda)
+  memcheck          compute-sanitizer memcheck --padding 32 over `mlarope run CASE --backend cuda`
+                    (one case per op and layout) and the CUDA rope/kv_split backend tests
+  initcheck         compute-sanitizer initcheck over the same cases
+  racecheck         compute-sanitizer racecheck, and
+  synccheck         synccheck, over block_sum_cuda_test: the kernels that use shared memory
+                    or barriers (no production kernel does yet; if one does, its cases too)
+  cuda-bench        cuda_bench --graph (smoke set, short), with the copy-floor counters
+  report            mlarope report over the fuzz and benchmark JSON
+Everything lands in OUT_DIR as two files: gpu-check.tar.gz (every log, the JSON, the report)
+and summary.txt (one line per step: name, status, seconds, last line of its log). The exit
+status is nonzero when a step failed or timed out. The whole run keeps to GPU_CHECK_BUDGET.
+
+  --dry-run   for a machine without a GPU: configure and build the same binaries with the same
+              prefix-only search, run what needs no device (ctest, where the CUDA instances must
+              skip with a message; the property binaries on the host backend; a short host fuzz;
+              the Megatron cases from .gpu-deps/cases on reference and host; the report), and
+              mark the device steps "skipped (dry run)"
+  --help      this text
+
+Environment:
+  OUT_DIR           where the two files go (default: $OUT, else gpu-check-out)
+  BUILD_DIR         the build folder (default: build-gpu; reused when present)
+  FUZZ_SECONDS      seconds of fuzzing (default 20; 5 in a dry run)
+  GPU_CHECK_BUDGET  seconds for the whole run (default 460; 3600 in a dry run); a step gets at
+                    most what is left, a step that would get under 10 s is not started
+  MLAROPE_CASES_DIR the Megatron cases (default: .gpu-deps/cases)
+  MLAROPE_PROPERTY_SCALE  multiplies the property tests' case counts (default 1)
+EOF
 }
 
-if [ -d .gpu-deps/debs ]; then
-  prefix=/tmp/mlarope-deps
-  mkdir -p "$prefix"
-  for deb in .gpu-deps/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
-  export CMAKE_PREFIX_PATH="$prefix/usr:$prefix/usr/share/eigen3/cmake${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export CPATH="$prefix/usr/include:$prefix/usr/include/eigen3${CPATH:+:$CPATH}"
-fi
+dry_run=0
+for arg in "$@"; do
+  case $arg in
+    --dry-run) dry_run=1 ;;
+    --help | -h) usage; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
 
-nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
-build=build-gpu
-step configure configure.log cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DMLAROPE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 || { printf '%s\n' "${rows[@]}"; exit 1; }
-step build build.log cmake --build $build -j "$(nproc)" || { printf '%s\n' "${rows[@]}"; exit 1; }
-grep -E "ptxas info|spill|lmem" "$out/build.log" >"$out/ptxas.txt" || true
+source ci/gpu-prefix.sh
+[ -d "$gpu_prefix" ] || { echo "gpu-check: no $gpu_prefix: run bash ci/gpu-deps.sh first (and carry .gpu-deps)" >&2; exit 2; }
+export MLAROPE_CASES_DIR=${MLAROPE_CASES_DIR:-$gpu_cases}
+build=${BUILD_DIR:-build-gpu}
+out=${OUT_DIR:-${OUT:-gpu-check-out}}
+logs=$PWD/$build/gpu-check          # the staging folder of the tarball
+jobs=$(nproc)
+if ((dry_run)); then budget=${GPU_CHECK_BUDGET:-3600}; fuzz_seconds=${FUZZ_SECONDS:-5}
+else budget=${GPU_CHECK_BUDGET:-460}; fuzz_seconds=${FUZZ_SECONDS:-20}; fi
+mkdir -p "$out" "$build" && out=$(cd "$out" && pwd)
+rm -rf "$logs" "$out/summary.txt" "$out/gpu-check.tar.gz"
+mkdir -p "$logs"
+failed=0
+source ci/gpu-steps.sh
 
-cases=${MLAROPE_CASES_DIR:-../shared/cases/megatron}
-MLAROPE_CASES_DIR=$cases step ctest ctest.log ctest --test-dir $build --output-on-failure -j 8
-step fuzz-cuda fuzz.log $build/mlarope fuzz --seconds "$fuzz_seconds" --backend cuda --out "$out/fuzz"
+# ---- Build ------------------------------------------------------------------------------------
+# Configure: sm_90 only, benchmarks on, every package from the prefix (gpu-prefix.sh), and a
+# check that each package's config file was taken from there.
+run_step configure 120 step_configure || { finish; exit 1; }
+# Build with every core; ptxas's register and spill lines go to ptxas.txt.
+run_step build "$( ((dry_run)) && echo 2400 || echo 300)" step_build || { finish; exit 1; }
 
-if command -v compute-sanitizer >/dev/null; then
-  : >"$out/sanitizer.log"
-  sanitize() {  # every case of every op, under memcheck and racecheck
-    local status=0
-    for tool in memcheck racecheck; do
-      for c in examples/*/ "$cases"/case_00{0,2,4,8} "$cases"/case_01{3,6,9}; do
-        [ -f "$c/case.json" ] || continue
-        compute-sanitizer --tool $tool --error-exitcode 9 \
-          $build/mlarope run "$c" --backend cuda >>"$out/sanitizer.log" 2>&1 || status=1
-      done
-    done
-    grep -c "ERROR SUMMARY: 0 errors" "$out/sanitizer.log"
-    return $status
-  }
-  step compute-sanitizer sanitizer-steps.log sanitize
-else
-  row compute-sanitizer skip 0 "compute-sanitizer not on the PATH"
-fi
+# ---- Tests ------------------------------------------------------------------------------------
+# The device is there and the CUDA backend runs on it.
+device_step device 60 step_device
+# Every CTest test; on the GPU none may skip for want of a device, in a dry run they must.
+run_step ctest 240 step_ctest
+# The property binaries with MLAROPE_BACKEND=cuda (host in a dry run, a quarter of the cases).
+run_step properties 120 step_properties
+# A fuzz slice on the CUDA backend (the host backend in a dry run).
+run_step fuzz $((fuzz_seconds + 60)) step_fuzz
+# The Megatron cases from .gpu-deps/cases on every backend (reference and host in a dry run).
+run_step megatron-cases 90 step_megatron_cases
 
-step bench bench.log $build/mlarope_bench --benchmark_out="$out/bench.json" --benchmark_out_format=json
-if [ -x $build/cuda_bench ]; then
-  step cuda-bench cuda_bench.log $build/cuda_bench --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
-fi
-reports=("$out/bench.json")
-[ -f "$out/cuda_bench.json" ] && reports+=("$out/cuda_bench.json")
-[ -f "$out/fuzz/fuzz.json" ] && reports+=("$out/fuzz/fuzz.json")
-step report report.log $build/mlarope report "${reports[@]}" --out "$out/report"
+# ---- Device-only steps ------------------------------------------------------------------------
+# Real CUDA graph capture and replay.
+device_step graph-replay 60 step_graph_replay
+# compute-sanitizer memcheck and initcheck over a few cases and the CUDA backend tests.
+device_step memcheck 120 step_sanitize memcheck
+device_step initcheck 90 step_sanitize initcheck
+# racecheck and synccheck where shared memory and barriers are.
+device_step racecheck 60 step_shared_memory racecheck
+device_step synccheck 60 step_shared_memory synccheck
+# The CUDA benchmarks, graph mode, smoke set.
+device_step cuda-bench 120 step_cuda_bench
+# The report over what the steps wrote.
+run_step report 60 step_report
 
-echo
-echo "GPU check: everything is under $out"
-printf '%-22s %-6s %7s  %s\n' step status time "last line of its log"
-printf '%s\n' "${rows[@]}" | tee "$out/summary.txt"
-! grep -q "rc=" "$out/summary.txt"
+finish
+exit $((failed ? 1 : 0))

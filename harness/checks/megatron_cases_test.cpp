@@ -1,14 +1,17 @@
 // Every backend on every Megatron case of ../shared/cases/megatron (float64 answers of
-// Megatron-LM's unfused PyTorch path). Skips with a message where the folder is absent.
+// Megatron-LM's unfused PyTorch path). The folder is $MLAROPE_CASES_DIR, else the one CMake
+// was configured with; skips with a message where it is absent.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 
 #include "backends/case_run.h"
 #include "checks/compare.h"
 #include "mlarope/backend.h"
 #include "checks/tolerance.h"
+#include "io/cases_dir.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;
@@ -18,8 +21,8 @@ namespace {
 
 std::vector<fs::path> case_dirs() {
   std::vector<fs::path> dirs;
-  const char* root = std::getenv("MLAROPE_CASES_DIR");
-  if (!root || !fs::is_directory(root)) return dirs;
+  const std::string root = megatron_cases_dir();
+  if (root.empty() || !fs::is_directory(root)) return dirs;
   for (const auto& entry : fs::directory_iterator(root))
     if (fs::exists(entry.path() / "case.json")) dirs.push_back(entry.path());
   std::sort(dirs.begin(), dirs.end());
@@ -33,10 +36,12 @@ class MegatronCases : public testing::TestWithParam<std::string> {};
 TEST_P(MegatronCases, EveryOutputMatchesMegatron) {
   const std::vector<fs::path> dirs = case_dirs();
   if (dirs.empty())
-    GTEST_SKIP() << "no Megatron cases: set MLAROPE_CASES_DIR to shared/cases/megatron "
-                    "(CMake passes ../shared/cases/megatron; it is absent here)";
+    GTEST_SKIP() << "no Megatron cases in '" << megatron_cases_dir()
+                 << "': set MLAROPE_CASES_DIR to shared/cases/megatron (or .gpu-deps/cases)";
   if (GetParam() == "cuda" && !cuda_device_available())
     GTEST_SKIP() << "no CUDA device here: the CUDA backend runs these cases where one is present";
+  // NOTE: the CTest test megatron_cases_dir_from_environment reads this line.
+  std::cout << "[ INFO     ] " << dirs.size() << " Megatron cases from " << megatron_cases_dir() << "\n";
   const Backend backend = find_backend(GetParam());
   const bool is_reference = backend.name == "reference";
   int outputs_checked = 0;

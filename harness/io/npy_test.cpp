@@ -1,5 +1,7 @@
 #include "io/npy.h"
 
+#include "io/cases_dir.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -342,11 +344,8 @@ TEST_F(NpyFileTest, DirectoryIsNotAFile) {
             directory_.string() + ": cannot read: Is a directory");
 }
 
-/// The Megatron case directory from the environment, or empty when unset.
-fs::path cases_directory() {
-  const char* value = std::getenv("MLAROPE_CASES_DIR");
-  return value != nullptr && *value != '\0' ? fs::path(value) : fs::path();
-}
+/// The Megatron case directory ($MLAROPE_CASES_DIR, else CMake's), or empty when neither is set.
+fs::path cases_directory() { return fs::path(mlarope::harness::megatron_cases_dir()); }
 
 TEST(NpyCases, ReadsCuSeqlens) {
   const fs::path directory = cases_directory();
