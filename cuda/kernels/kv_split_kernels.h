@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/freq_row.h"
 #include "kernels/kernel_args.h"
@@ -25,9 +26,56 @@ MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T
                         a.copy_vector, g.thread, g.num_threads);
 }
 
+#if !defined(__CUDA_ARCH__)
+/// Largest emb_dim of the host's fast kv_split (its rotated slice lives on the stack).
+inline constexpr std::int64_t kHostKvMaxEmbDim = 512;
+
+/// The host's fast mode of kv_split_body, shaped like the reference: each thread takes a
+/// contiguous range of a row's heads, rotates the row's k_pe once, and writes each of its key
+/// and value heads in one pass (k part, rotated slice, v part), each part one memcpy.
+template <class T, int kPairs>
+inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
+  const PositionArgs& p = a.positions;
+  const PairRotation& r = a.rotation;
+  const std::int64_t half_dim = a.emb_dim / 2;
+  const bool pass_all = call_passes_through(p, g);
+  const ItemRange mine = share_of_items(a.heads, g.thread, g.num_threads);  // step 1 here
+  T slice[kHostKvMaxEmbDim];
+  const std::size_t k_bytes = static_cast<std::size_t>(a.k_dim) * sizeof(T);
+  const std::size_t v_bytes = static_cast<std::size_t>(a.v_dim) * sizeof(T);
+  const std::size_t slice_bytes = static_cast<std::size_t>(a.emb_dim) * sizeof(T);
+  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
+    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+    if (mine.begin >= mine.end) continue;
+    const T* k_pe = row_pointer<T>(a.k_pe, row, p.batch);
+    if (!plan.rotate) {  // pass through: k_pe unrotated, bit for bit
+      std::memcpy(slice, k_pe, slice_bytes);
+    } else {
+      for (std::int64_t first = 0; first < half_dim; first += kPairs)
+        store_pairs<T, kPairs>(slice, r.write_layout, half_dim, first,
+                               rotate(load_pairs<T, kPairs>(k_pe, r.read_layout, half_dim, first),
+                                      load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
+    }
+    const T* kv = row_pointer<T>(a.kv, row, p.batch);
+    T* key = row_pointer<T>(a.key, row, p.batch);
+    T* value = row_pointer<T>(a.value, row, p.batch);
+    for (std::int64_t h = mine.begin; h < mine.end; ++h) {  // kv may be null when k + v = 0
+      const T* kv_head = kv + h * a.kv.head_stride;
+      T* key_head = key + h * a.key.head_stride;
+      if (k_bytes > 0) std::memcpy(key_head, kv_head, k_bytes);
+      std::memcpy(key_head + a.k_dim, slice, slice_bytes);
+      if (v_bytes > 0) std::memcpy(value + h * a.value.head_stride, kv_head + a.k_dim, v_bytes);
+    }
+  }
+}
+#endif
+
 /// kv_split. kPairs == kVectorPairs: vector accesses on the rope slices; 1: scalar.
 template <class T, int kPairs>
 MLAROPE_HD inline void kv_split_body(const KvSplitKernelArgs& a, const GridCoord& g) {
+#if !defined(__CUDA_ARCH__)
+  if (!MLAROPE_DEVICE_PATHS() && a.emb_dim <= kHostKvMaxEmbDim) return kv_split_on_host<T, kPairs>(a, g);
+#endif
   const PositionArgs& p = a.positions;
   const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;
