@@ -141,14 +141,60 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> head_sum(const KvSplitBackwardKernel
   return sum;
 }
 
+/// grad_k_pe of one row: the head sum of every pair chunk, rotated by the adjoint (or passed
+/// through unrotated), chunks c = first_chunk, first_chunk + step, ...
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE void grad_k_pe_chunks(const KvSplitBackwardKernelArgs& a, const T* grad_key,
+                                               T* grad_k_pe, const RowPlan& plan,
+                                               std::int64_t first_chunk, std::int64_t step) {
+  const PairRotation& r = a.rotation;
+  const std::int64_t half_dim = a.emb_dim / 2;
+  for (std::int64_t c = first_chunk; c < half_dim / kPairs; c += step) {
+    const std::int64_t first = c * kPairs;
+    const PairChunk<kPairs> sum = head_sum<T, kPairs>(a, grad_key, first);
+    if (plan.rotate)
+      store_pairs<T, kPairs>(grad_k_pe, r.write_layout, half_dim, first,
+                             rotate(sum, load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
+    else  // pass through: the head sum unrotated, positions kept
+      store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
+  }
+}
+
+#if !defined(__CUDA_ARCH__)
+/// The host's fast mode of kv_split_backward_body: each thread copies a contiguous range of
+/// the row's heads in one pass (grad_kv = [grad_key k part, grad_value], two memcpys a head);
+/// thread 0 also makes grad_k_pe, with the same sums in the same head order as the device path.
+template <class T, int kPairs>
+inline void kv_split_backward_on_host(const KvSplitBackwardKernelArgs& a, const GridCoord& g) {
+  const PositionArgs& p = a.positions;
+  const bool pass_all = call_passes_through(p, g);
+  const ItemRange mine = share_of_items(a.heads, g.thread, g.num_threads);  // step 1 here
+  const std::size_t k_bytes = static_cast<std::size_t>(a.k_dim) * sizeof(T);
+  const std::size_t v_bytes = static_cast<std::size_t>(a.v_dim) * sizeof(T);
+  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
+    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+    const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
+    const T* grad_value = row_pointer<T>(a.grad_value, row, p.batch);
+    T* grad_kv = row_pointer<T>(a.grad_kv, row, p.batch);
+    for (std::int64_t h = mine.begin; h < mine.end; ++h) {  // the views may be null when empty
+      T* kv_head = grad_kv + h * a.grad_kv.head_stride;
+      if (k_bytes > 0) std::memcpy(kv_head, grad_key + h * a.grad_key.head_stride, k_bytes);
+      if (v_bytes > 0) std::memcpy(kv_head + a.k_dim, grad_value + h * a.grad_value.head_stride, v_bytes);
+    }
+    if (g.thread == 0)
+      grad_k_pe_chunks<T, kPairs>(a, grad_key, row_pointer<T>(a.grad_k_pe, row, p.batch), plan, 0, 1);
+  }
+}
+#endif
+
 /// kv_split_backward. One thread per pair chunk sums every head (deterministic order).
 template <class T, int kPairs>
 MLAROPE_HD inline void kv_split_backward_body(const KvSplitBackwardKernelArgs& a,
                                               const GridCoord& g) {
+#if !defined(__CUDA_ARCH__)
+  if (!MLAROPE_DEVICE_PATHS()) return kv_split_backward_on_host<T, kPairs>(a, g);
+#endif
   const PositionArgs& p = a.positions;
-  const PairRotation& r = a.rotation;
-  const std::int64_t half_dim = a.emb_dim / 2;
-  const std::int64_t chunks = half_dim / kPairs;
   const bool pass_all = call_passes_through(p, g);
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
     const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
@@ -157,15 +203,7 @@ MLAROPE_HD inline void kv_split_backward_body(const KvSplitBackwardKernelArgs& a
     T* grad_kv = row_pointer<T>(a.grad_kv, row, p.batch);
     T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
     copy_grad_kv_parts(a, grad_key, grad_value, grad_kv, g);
-    for (std::int64_t c = g.thread; c < chunks; c += g.num_threads) {
-      const std::int64_t first = c * kPairs;
-      const PairChunk<kPairs> sum = head_sum<T, kPairs>(a, grad_key, first);
-      if (plan.rotate)
-        store_pairs<T, kPairs>(grad_k_pe, r.write_layout, half_dim, first,
-                               rotate(sum, load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
-      else  // pass through: the head sum unrotated, positions kept
-        store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
-    }
+    grad_k_pe_chunks<T, kPairs>(a, grad_key, grad_k_pe, plan, g.thread, g.num_threads);
   }
 }
 
