@@ -13,7 +13,9 @@ using fault_injection::KernelFault;
 using harness::CheckKind;
 
 harness::Backend faulty_kernel_backend(KernelFault fault, std::uint64_t order_seed) {
-  auto stream = std::make_shared<FaultyHostStream>(fault, order_seed);
+  // Under the GPU model: the faults are edits of the device code paths, which the host's fast
+  // mode skips where it has host-only branches (rope_on_host, kv_split_on_host, ...).
+  auto stream = std::make_shared<FaultyHostStream>(fault, order_seed, 0, /*gpu_model=*/true);
   harness::Backend b;
   b.name = fault == KernelFault::none ? std::string("host_faulty")
                                       : "broken:kernel_" + std::string(to_string(fault));

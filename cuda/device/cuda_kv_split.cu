@@ -25,7 +25,7 @@ template <class T>
 void launch_typed(const detail::KvSplitLaunch& l, cudaStream_t stream) {
   const dim3 blocks = blocks_of(l.grid), threads = threads_of(l.grid);
   if (l.variant == KvVariant::vector)
-    kv_split_kernel<T, kVectorPairs><<<blocks, threads, 0, stream>>>(l.args);
+    kv_split_kernel<T, kVectorPairs<T>><<<blocks, threads, 0, stream>>>(l.args);
   else
     kv_split_kernel<T, 1><<<blocks, threads, 0, stream>>>(l.args);
 }
@@ -34,7 +34,7 @@ template <class T>
 void launch_typed(const detail::KvSplitBackwardLaunch& l, cudaStream_t stream) {
   const dim3 blocks = blocks_of(l.grid), threads = threads_of(l.grid);
   if (l.variant == KvVariant::vector)
-    kv_split_backward_kernel<T, kVectorPairs><<<blocks, threads, 0, stream>>>(l.args);
+    kv_split_backward_kernel<T, kVectorPairs<T>><<<blocks, threads, 0, stream>>>(l.args);
   else
     kv_split_backward_kernel<T, 1><<<blocks, threads, 0, stream>>>(l.args);
 }

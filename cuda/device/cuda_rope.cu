@@ -16,9 +16,8 @@ __global__ void MLAROPE_CHUNKED_KERNEL_BOUNDS rope_chunked_kernel(const RopeKern
 }
 
 template <class T>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock)
-    rope_whole_slice_vector_kernel(const RopeKernelArgs a) {
-  rope_whole_slice_vector_body<T>(a, grid_coord());
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) rope_staged_kernel(const RopeKernelArgs a) {
+  run_phases<RopeStagedBody<T>>(a, grid_coord());
 }
 
 template <class T>
@@ -32,13 +31,13 @@ void launch_typed(const detail::RopeLaunch& l, cudaStream_t stream) {
   const dim3 blocks = blocks_of(l.grid), threads = threads_of(l.grid);
   switch (l.variant) {
     case RopeVariant::chunked_vector:
-      rope_chunked_kernel<T, kVectorPairs><<<blocks, threads, 0, stream>>>(l.args);
+      rope_chunked_kernel<T, kVectorPairs<T>><<<blocks, threads, 0, stream>>>(l.args);
       break;
     case RopeVariant::chunked_scalar:
       rope_chunked_kernel<T, 1><<<blocks, threads, 0, stream>>>(l.args);
       break;
-    case RopeVariant::whole_slice_vector:
-      rope_whole_slice_vector_kernel<T><<<blocks, threads, 0, stream>>>(l.args);
+    case RopeVariant::staged_vector:
+      rope_staged_kernel<T><<<blocks, threads, 0, stream>>>(l.args);
       break;
     case RopeVariant::whole_slice_scalar:
       rope_whole_slice_scalar_kernel<T><<<blocks, threads, 0, stream>>>(l.args);

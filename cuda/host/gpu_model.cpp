@@ -208,7 +208,7 @@ void Recorder::count(std::uintptr_t address, int bytes, Access access) {
   ++accesses_;
   requested_ += bytes;
   const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
-  warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, sequence_++}].ranges.emplace_back(address, end);
+  warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, phase_, sequence_++}].ranges.emplace_back(address, end);
   auto& sectors = access == Access::store ? sectors_written_ : sectors_read_;
   for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s) sectors.insert(s);
 }

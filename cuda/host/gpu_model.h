@@ -62,17 +62,18 @@ class Recorder final : public host::ThreadObserver {
   struct WarpAccess {  // the byte ranges [first, second) the threads of a warp asked for
     std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
   };
-  struct WarpKey {  // the sequence-th access of the threads of one warp
+  struct WarpKey {  // the sequence-th access of the threads of one warp in one phase
     std::int64_t block;
     int warp;
+    int phase;
     std::int64_t sequence;
     bool operator==(const WarpKey& o) const {
-      return block == o.block && warp == o.warp && sequence == o.sequence;
+      return block == o.block && warp == o.warp && phase == o.phase && sequence == o.sequence;
     }
   };
   struct WarpKeyHash {
     std::size_t operator()(const WarpKey& k) const {
-      return std::hash<std::int64_t>()((k.block * 64 + k.warp) * 1000003 + k.sequence);
+      return std::hash<std::int64_t>()(((k.block * 64 + k.warp) * 1009 + k.phase) * 1000003 + k.sequence);
     }
   };
 

@@ -135,7 +135,7 @@ void HostExecutor::run(GridShape grid, Body body, const void* args) const {
   });
 }
 
-void HostExecutor::run_phased(GridShape grid, int phases, std::size_t shared_bytes,
+void HostExecutor::run_phased(GridShape grid, PhaseCount phases, std::size_t shared_bytes,
                               PhasedBody body, const void* args) const {
   if (grid.blocks <= 0 || grid.threads <= 0) return;
   struct alignas(16) Chunk {
@@ -145,8 +145,9 @@ void HostExecutor::run_phased(GridShape grid, int phases, std::size_t shared_byt
     std::vector<Chunk> shared((shared_bytes + sizeof(Chunk) - 1) / sizeof(Chunk));
     std::memset(shared.data(), 0xA5, shared.size() * sizeof(Chunk));  // not zeroed on a GPU either
     GridCoord coord{block, grid.blocks, 0, grid.threads};
-    for (int phase = 0; phase < phases; ++phase) {
-      if (observer_) observer_->begin_phase(block, phase, shared.data(), shared_bytes);
+    const std::int64_t count = phases(args, coord);
+    for (std::int64_t phase = 0; phase < count; ++phase) {
+      if (observer_) observer_->begin_phase(block, static_cast<int>(phase), shared.data(), shared_bytes);
       const std::uint64_t key = mix(seed_ ^ mix(static_cast<std::uint64_t>(block) + 1) ^
                                     mix(static_cast<std::uint64_t>(phase) + 0x5151));
       const IndexPermutation thread_order(static_cast<std::uint64_t>(grid.threads), key);

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/grid.h"
+#include "kernels/portability.h"
 
 namespace mlarope::host {
 
@@ -64,11 +65,14 @@ class HostExecutor {
   void run(GridShape grid, Body body, const void* args) const;
 
   /// A type-erased phased kernel (kernels/portability.h: block barriers and shared memory).
-  using PhasedBody = void (*)(const void* args, const GridCoord& coord, int phase, void* shared);
+  using PhasedBody = void (*)(const void* args, const GridCoord& coord, std::int64_t phase,
+                              void* shared);
+  /// Phases of the block at `coord` (every round's, numbered on across rounds).
+  using PhaseCount = std::int64_t (*)(const void* args, const GridCoord& coord);
   /// Run a phased kernel: each block gets `shared_bytes` of shared memory (poisoned with
   /// 0xA5), and every thread of the block runs phase p before any runs phase p + 1 (thread
   /// order drawn anew per phase).
-  void run_phased(GridShape grid, int phases, std::size_t shared_bytes, PhasedBody body,
+  void run_phased(GridShape grid, PhaseCount phases, std::size_t shared_bytes, PhasedBody body,
                   const void* args) const;
 
   /// The seed of the orders.
@@ -115,8 +119,12 @@ void launch(const HostExecutor& executor, GridShape grid,
 template <class Body, class Args>
 void launch_phased(const HostExecutor& executor, GridShape grid, const Args& args) {
   executor.run_phased(
-      grid, Body::kPhases, sizeof(typename Body::Shared),
-      [](const void* a, const GridCoord& coord, int phase, void* shared) {
+      grid,
+      [](const void* a, const GridCoord& coord) {
+        return kernels::PhasesOf<Body>::count(*static_cast<const Args*>(a), coord);
+      },
+      sizeof(typename Body::Shared),
+      [](const void* a, const GridCoord& coord, std::int64_t phase, void* shared) {
         Body::phase(*static_cast<const Args*>(a), coord, phase,
                     *static_cast<typename Body::Shared*>(shared));
       },

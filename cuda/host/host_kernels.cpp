@@ -16,9 +16,9 @@ using detail::RopeVariant;
 template <class T>
 void (*rope_body(RopeVariant v))(const RopeKernelArgs&, const GridCoord&) {
   switch (v) {
-    case RopeVariant::chunked_vector: return &rope_chunked_body<T, kVectorPairs>;
+    case RopeVariant::chunked_vector: return &rope_chunked_body<T, kVectorPairs<T>>;
     case RopeVariant::chunked_scalar: return &rope_chunked_body<T, 1>;
-    case RopeVariant::whole_slice_vector: return &rope_whole_slice_vector_body<T>;
+    case RopeVariant::staged_vector: return &rope_on_host<T, kVectorPairs<T>>;  // the fast mode
     case RopeVariant::whole_slice_scalar: return &rope_whole_slice_scalar_body<T>;
   }
   return nullptr;
@@ -26,13 +26,13 @@ void (*rope_body(RopeVariant v))(const RopeKernelArgs&, const GridCoord&) {
 
 template <class T>
 void (*kv_split_body_for(KvVariant v))(const KvSplitKernelArgs&, const GridCoord&) {
-  return v == KvVariant::vector ? &kv_split_body<T, kVectorPairs> : &kv_split_body<T, 1>;
+  return v == KvVariant::vector ? &kv_split_body<T, kVectorPairs<T>> : &kv_split_body<T, 1>;
 }
 
 template <class T>
 void (*kv_split_backward_body_for(KvVariant v))(const KvSplitBackwardKernelArgs&,
                                                 const GridCoord&) {
-  return v == KvVariant::vector ? &kv_split_backward_body<T, kVectorPairs>
+  return v == KvVariant::vector ? &kv_split_backward_body<T, kVectorPairs<T>>
                                 : &kv_split_backward_body<T, 1>;
 }
 
@@ -59,7 +59,21 @@ struct PickKvBackward {
   static auto get(KvVariant v) { return kv_split_backward_body_for<T>(v); }
 };
 
+template <class T>
+void run_staged(const HostExecutor& e, const detail::RopeLaunch& l) {
+  launch_phased<RopeStagedBody<T>>(e, l.grid, l.args);
+}
+
+template <class T>
+struct PickStaged {
+  static auto get() { return &run_staged<T>; }
+};
+
 void run_rope(const HostExecutor& e, const detail::RopeLaunch& l) {
+  // The staged body's barriers run as phases under the GPU model; the fast mode runs the
+  // host's own branch, which needs none.
+  if (l.variant == RopeVariant::staged_vector && MLAROPE_DEVICE_PATHS())
+    return by_dtype<PickStaged>(l.dtype)(e, l);
   launch(e, l.grid, by_dtype<PickRope>(l.dtype, l.variant), l.args);
 }
 

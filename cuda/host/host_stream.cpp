@@ -12,7 +12,7 @@ const char* variant_name(detail::RopeVariant v) {
   switch (v) {
     case detail::RopeVariant::chunked_vector: return "chunked_vector";
     case detail::RopeVariant::chunked_scalar: return "chunked_scalar";
-    case detail::RopeVariant::whole_slice_vector: return "whole_slice_vector";
+    case detail::RopeVariant::staged_vector: return "staged_vector";
     case detail::RopeVariant::whole_slice_scalar: return "whole_slice_scalar";
   }
   return "?";

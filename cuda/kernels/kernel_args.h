@@ -70,6 +70,9 @@ struct PairRotation {
   float sign = 1.0f;     ///< sg: -1 for inverse
   bool adjoint = false;  ///< rope_backward / kv_split_backward
   DType table_dtype = DType::f32;
+  /// f32 tables in the half layout whose rows are 16-byte aligned (emb_dim % 8 == 0): the
+  /// vector paths read a chunk's u and v coefficients as runs of kPairs floats.
+  bool table_vector = false;
   TableView cos;
   TableView sin;
 };

@@ -70,7 +70,7 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
 }
 #endif
 
-/// kv_split. kPairs == kVectorPairs: vector accesses on the rope slices; 1: scalar.
+/// kv_split. kPairs == kVectorPairs<T>: vector accesses on the rope slices; 1: scalar.
 template <class T, int kPairs>
 MLAROPE_HD inline void kv_split_body(const KvSplitKernelArgs& a, const GridCoord& g) {
 #if !defined(__CUDA_ARCH__)

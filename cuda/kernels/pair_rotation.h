@@ -14,8 +14,15 @@
 
 namespace mlarope::kernels {
 
-/// Pairs per chunk of the fast (vector) paths: 8 elements, 16 bytes of bf16 interleaved.
-inline constexpr int kVectorPairs = 4;
+/// Pairs per chunk of the vector paths: one 16-byte piece of an interleaved slice (4 pairs of
+/// f16 or bf16, 2 of f32), so that each access of a chunk (a 16-byte interleaved piece, or an
+/// 8-byte run of u or v positions) lies next to the neighbouring chunk's: the lanes of a warp
+/// taking consecutive chunks read and write contiguous memory.
+template <class T>
+inline constexpr int kVectorPairs = 8 / static_cast<int>(sizeof(T));
+
+/// emb_dim of the vector paths is a multiple of this (whole chunks of every dtype).
+inline constexpr std::int64_t kVectorEmbMultiple = 8;
 
 /// The values of kPairs logical pairs (u, v) as floats.
 template <int kPairs>
@@ -126,6 +133,24 @@ MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> coefficients_from_table(const
                                                                           std::int64_t half_dim,
                                                                           std::int64_t first) {
   PairCoefficients<kPairs> k;
+  const float sign = r.sign;
+  if constexpr (kPairs > 1 && kObserved) {
+    if (r.table_vector) {  // four runs of kPairs floats: a warp's lanes read contiguous memory
+      const float* cos_row = static_cast<const float*>(r.cos.data) + freq_row * r.cos.row_stride;
+      const float* sin_row = static_cast<const float*>(r.sin.data) + freq_row * r.sin.row_stride;
+      float sin_u[kPairs], sin_v[kPairs];
+      load_vector<float, kPairs>(cos_row + first, k.cos_u);
+      load_vector<float, kPairs>(cos_row + half_dim + first, k.cos_v);
+      load_vector<float, kPairs>(sin_row + first, sin_u);
+      load_vector<float, kPairs>(sin_row + half_dim + first, sin_v);
+      MLAROPE_UNROLL
+      for (int j = 0; j < kPairs; ++j) {
+        k.p[j] = r.adjoint ? sign * sin_v[j] : -(sign * sin_u[j]);
+        k.q[j] = r.adjoint ? -(sign * sin_u[j]) : sign * sin_v[j];
+      }
+      return k;
+    }
+  }
   const std::int64_t cos_row = freq_row * r.cos.row_stride;
   const std::int64_t sin_row = freq_row * r.sin.row_stride;
   MLAROPE_SIMD
@@ -134,8 +159,8 @@ MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> coefficients_from_table(const
     const std::int64_t tv = v_position(r.table_layout, first + j, half_dim);
     k.cos_u[j] = load_table_element<kObserved>(r.cos.data, r.table_dtype, cos_row + tu);
     k.cos_v[j] = load_table_element<kObserved>(r.cos.data, r.table_dtype, cos_row + tv);
-    const float sin_u = r.sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tu);
-    const float sin_v = r.sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tv);
+    const float sin_u = sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tu);
+    const float sin_v = sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tv);
     k.p[j] = r.adjoint ? sin_v : -sin_u;
     k.q[j] = r.adjoint ? -sin_u : sin_v;
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/grid.h"
 
@@ -100,7 +101,11 @@ MLAROPE_HD MLAROPE_INLINE std::uint32_t load_word(const std::uint32_t* word) {
 // A body that needs a block-wide barrier is written as phases, a struct with
 //   static constexpr int kPhases;          // phases, separated by barriers
 //   struct Shared { ... };                 // the block's shared memory
-//   MLAROPE_HD static void phase(const Args&, const GridCoord&, int phase, Shared&);
+//   MLAROPE_HD static void phase(const Args&, const GridCoord&, std::int64_t phase, Shared&);
+// and optionally, for a body that loops (a grid-stride loop whose every round has barriers),
+//   MLAROPE_HD static std::int64_t rounds(const Args&, const GridCoord&);  // of this block
+// A block runs rounds x kPhases phases, numbered on across rounds (round r's phase k is
+// phase r * kPhases + k), so that a later round is ordered after every earlier one.
 // On the GPU, run_phases (inside the __global__ kernel) runs phase 0, __syncthreads(),
 // phase 1, ... with Shared a __shared__ object. On the host the executor runs every thread of
 // a block through phase k before any thread enters phase k + 1 (HostExecutor::run_phased),
@@ -121,12 +126,30 @@ MLAROPE_HD MLAROPE_INLINE void shared_store(T* p, T value) {
   if (MLAROPE_OBSERVE(p, static_cast<int>(sizeof(T)), Access::store)) *p = value;
 }
 
+/// Phases of block g of a phased Body: Body::rounds(args, g) x kPhases where the body loops,
+/// else kPhases.
+template <class Body, class = void>
+struct PhasesOf {
+  template <class Args>
+  MLAROPE_HD static std::int64_t count(const Args&, const GridCoord&) {
+    return Body::kPhases;
+  }
+};
+template <class Body>
+struct PhasesOf<Body, std::void_t<decltype(&Body::rounds)>> {
+  template <class Args>
+  MLAROPE_HD static std::int64_t count(const Args& args, const GridCoord& g) {
+    return Body::rounds(args, g) * Body::kPhases;
+  }
+};
+
 #if defined(__CUDACC__)
 /// The phases of Body, separated by __syncthreads(), with a __shared__ Body::Shared.
 template <class Body, class Args>
 __device__ inline void run_phases(const Args& args, const GridCoord& g) {
   __shared__ typename Body::Shared shared;
-  for (int p = 0; p < Body::kPhases; ++p) {
+  const std::int64_t phases = PhasesOf<Body>::count(args, g);
+  for (std::int64_t p = 0; p < phases; ++p) {
     if (p > 0) __syncthreads();
     Body::phase(args, g, p, shared);
   }

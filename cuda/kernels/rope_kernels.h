@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/freq_row.h"
 #include "kernels/kernel_args.h"
@@ -13,8 +14,10 @@
 
 namespace mlarope::kernels {
 
-/// Largest emb_dim of the whole-slice vector body (registers hold the whole slice).
-inline constexpr std::int64_t kWholeSliceMaxEmbDim = 64;
+/// Largest emb_dim of the staged in-place body (a round holds at least one whole slice).
+inline constexpr std::int64_t kStagedMaxEmbDim = 512;
+/// Pair chunks that one round of the staged body holds in shared memory.
+inline constexpr std::int64_t kStagedChunks = 512;
 
 /// Head groups of a row: how many threads share one pair chunk (each loops over its heads).
 MLAROPE_HD MLAROPE_INLINE std::int64_t head_groups(std::int64_t chunks, std::int64_t heads,
@@ -47,11 +50,68 @@ MLAROPE_HD MLAROPE_INLINE void rotate_chunk_of_heads(const RopeKernelArgs& a, co
   }
 }
 
+#if !defined(__CUDA_ARCH__)
+/// Largest emb_dim of the host's fast rope (a row's coefficients and one slice live on the
+/// stack).
+inline constexpr std::int64_t kHostRopeMaxEmbDim = 512;
+
+/// The host's fast mode of every rope body, shaped like the reference: each thread takes a
+/// contiguous range of a row's heads and loads the row's coefficients once; per head it copies
+/// the nope part (one memcpy, out of place) and rotates the rope slice through a local copy, all
+/// of it read before any of it is written (so in place works for any pair of layouts).
+template <class T, int kPairs>
+inline void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
+  constexpr int kMaxChunks = static_cast<int>(kHostRopeMaxEmbDim / 2 / kPairs);
+  const PositionArgs& p = a.positions;
+  const PairRotation& r = a.rotation;
+  const std::int64_t half_dim = a.emb_dim / 2;
+  const std::int64_t chunks = half_dim / kPairs;
+  const bool pass_all = call_passes_through(p, g);
+  const ItemRange mine = share_of_items(a.heads, g.thread, g.num_threads);  // step 1 here
+  const std::size_t nope_bytes = static_cast<std::size_t>(a.nope_dim) * sizeof(T);
+  const std::size_t head_bytes = static_cast<std::size_t>(a.nope_dim + a.emb_dim) * sizeof(T);
+  PairCoefficients<kPairs> k[kMaxChunks];
+  PairChunk<kPairs> x[kMaxChunks];
+  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
+    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+    if (mine.begin >= mine.end) continue;
+    const T* in = row_pointer<T>(a.in, row, p.batch);
+    T* out = row_pointer<T>(a.out, row, p.batch);
+    if (!plan.rotate) {  // pass through: the whole head copied out of place, untouched in place
+      if (!a.in_place)
+        for (std::int64_t h = mine.begin; h < mine.end; ++h)
+          std::memcpy(out + h * a.out.head_stride, in + h * a.in.head_stride, head_bytes);
+      continue;
+    }
+    for (std::int64_t c = 0; c < chunks; ++c)
+      k[c] = load_coefficients<kPairs>(r, plan.freq_row, half_dim, c * kPairs);
+    for (std::int64_t h = mine.begin; h < mine.end; ++h) {
+      const T* src = in + h * a.in.head_stride;
+      T* dst = out + h * a.out.head_stride;
+      if (!a.in_place && nope_bytes > 0) std::memcpy(dst, src, nope_bytes);
+      for (std::int64_t c = 0; c < chunks; ++c)
+        x[c] = load_pairs<T, kPairs>(src + a.nope_dim, r.read_layout, half_dim, c * kPairs);
+      for (std::int64_t c = 0; c < chunks; ++c)
+        store_pairs<T, kPairs>(dst + a.nope_dim, r.write_layout, half_dim, c * kPairs,
+                               rotate(x[c], k[c]));
+    }
+  }
+}
+
+/// True where a rope body takes the host's fast branch (the fast mode, slices it can hold).
+MLAROPE_INLINE bool rope_runs_on_host(const RopeKernelArgs& a) {
+  return !MLAROPE_DEVICE_PATHS() && a.emb_dim <= kHostRopeMaxEmbDim;
+}
+#endif
+
 /// rope / rope_backward where each pair's read and write positions are owned by one thread:
 /// out of place (any layouts), or in place with read_layout == write_layout.
-/// kPairs == kVectorPairs: vector accesses (emb_dim % 8 == 0, aligned); 1: scalar.
+/// kPairs == kVectorPairs<T>: vector accesses (emb_dim % 8 == 0, aligned); 1: scalar.
 template <class T, int kPairs>
 MLAROPE_HD inline void rope_chunked_body(const RopeKernelArgs& a, const GridCoord& g) {
+#if !defined(__CUDA_ARCH__)
+  if (rope_runs_on_host(a)) return rope_on_host<T, kPairs>(a, g);
+#endif
   const PositionArgs& p = a.positions;
   const std::int64_t chunks = a.emb_dim / 2 / kPairs;
   const std::int64_t groups = head_groups(chunks, a.heads, g.num_threads);
@@ -80,38 +140,101 @@ MLAROPE_HD inline void rope_chunked_body(const RopeKernelArgs& a, const GridCoor
   }
 }
 
-/// In place with read_layout != write_layout, emb_dim <= 64 and % 8 == 0: one thread owns a
-/// head's whole rope slice and holds it in registers before writing any of it (DESIGN.md
-/// rule 3). NOTE: the table row is re-read per head here (from cache).
+/// Slices of one row per round of the staged body: as many whole slices of `chunks` pair
+/// chunks as kStagedChunks holds, at least one, at most `heads`.
+MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t heads,
+                                                              std::int64_t chunks) {
+  const std::int64_t fit = chunks > 0 ? kStagedChunks / chunks : heads;
+  const std::int64_t n = fit < heads ? fit : heads;
+  return n < 1 ? 1 : n;
+}
+
+/// In place with read_layout != write_layout, vector-ready, emb_dim <= kStagedMaxEmbDim (a
+/// phased body, kernels/portability.h). Each round of a block takes whole rope slices of one
+/// row (at most kStagedChunks pair chunks): phase 0 reads every chunk into shared memory, a
+/// barrier, phase 1 writes the rotated chunks in the write layout. Consecutive threads take
+/// consecutive chunks of a slice, so a warp reads and writes contiguous memory; no element is
+/// written before every chunk of its slice was read (DESIGN.md rule 3).
 template <class T>
-MLAROPE_HD inline void rope_whole_slice_vector_body(const RopeKernelArgs& a, const GridCoord& g) {
-  constexpr int kMaxChunks = static_cast<int>(kWholeSliceMaxEmbDim / (2 * kVectorPairs));
-  const PositionArgs& p = a.positions;
-  const PairRotation& r = a.rotation;
-  const std::int64_t half_dim = a.emb_dim / 2;
-  const std::int64_t chunks = half_dim / kVectorPairs;
-  const bool pass_all = call_passes_through(p, g);
-  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
-    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
-    if (!plan.rotate) continue;  // in place: a pass-through row is left untouched
-    T* slices = row_pointer<T>(a.out, row, p.batch) + a.nope_dim;
-    for (std::int64_t h = g.thread; h < a.heads; h += g.num_threads) {
-      T* slice = slices + h * a.out.head_stride;
-      PairChunk<kVectorPairs> x[kMaxChunks] = {};
+struct RopeStagedBody {
+  static constexpr int kPairs = kVectorPairs<T>;
+  static constexpr int kPhases = 2;  // stage, rotate
+  struct Shared {
+    float u[kStagedChunks][kPairs];
+    float v[kStagedChunks][kPairs];
+  };
+
+  MLAROPE_HD static std::int64_t chunks(const RopeKernelArgs& a) { return a.emb_dim / 2 / kPairs; }
+  MLAROPE_HD static std::int64_t rounds_per_row(const RopeKernelArgs& a) {
+    const std::int64_t n = staged_slices_per_round(a.heads, chunks(a));
+    return (a.heads + n - 1) / n;
+  }
+  /// Rounds of block g.block: rounds g.block, g.block + num_blocks, ... of rows x rounds_per_row.
+  MLAROPE_HD static std::int64_t rounds(const RopeKernelArgs& a, const GridCoord& g) {
+    const std::int64_t total = row_count(a.positions) * rounds_per_row(a);
+    return g.block < total ? (total - 1 - g.block) / g.num_blocks + 1 : 0;
+  }
+
+  MLAROPE_HD static void phase(const RopeKernelArgs& a, const GridCoord& g, std::int64_t index,
+                               Shared& s) {
+    const PositionArgs& p = a.positions;
+    const std::int64_t round = g.block + (index / kPhases) * g.num_blocks;
+    const std::int64_t per_row = rounds_per_row(a);
+    const std::int64_t row = quotient(round, per_row);
+    const std::int64_t per_round = staged_slices_per_round(a.heads, chunks(a));
+    const std::int64_t first_head = (round - row * per_row) * per_round;
+    const std::int64_t heads = a.heads - first_head < per_round ? a.heads - first_head : per_round;
+    const bool stage = index % kPhases == 0;
+    const bool pass_all = call_passes_through(p, g);
+    const RowPlan plan =
+        pass_all ? RowPlan{} : plan_row(p, row, stage && g.thread == 0 && first_head == 0);
+    if (!plan.rotate) return;  // in place: a pass-through row is left untouched
+    if (stage) stage_chunks(a, g, row, first_head, heads * chunks(a), s);
+    else rotate_chunks(a, g, plan, row, first_head, heads * chunks(a), s);
+  }
+
+  /// Phase 0: chunk n of the round (slice first_head + item / chunks) into shared memory.
+  MLAROPE_HD static void stage_chunks(const RopeKernelArgs& a, const GridCoord& g, std::int64_t row,
+                                      std::int64_t first_head, std::int64_t items, Shared& s) {
+    const std::int64_t half_dim = a.emb_dim / 2;
+    const T* staged = row_pointer<T>(a.out, row, a.positions.batch) + a.nope_dim +
+                      first_head * a.out.head_stride;
+    for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
+      const std::int64_t head = quotient(n, chunks(a));
+      const std::int64_t first = (n - head * chunks(a)) * kPairs;
+      const PairChunk<kPairs> x = load_pairs<T, kPairs>(staged + head * a.out.head_stride,
+                                                        a.rotation.read_layout, half_dim, first);
       MLAROPE_UNROLL
-      for (int c = 0; c < kMaxChunks; ++c)
-        if (c < chunks)
-          x[c] = load_pairs<T, kVectorPairs>(slice, r.read_layout, half_dim, c * kVectorPairs);
-      MLAROPE_UNROLL
-      for (int c = 0; c < kMaxChunks; ++c) {
-        if (c >= chunks) continue;
-        const auto k = load_coefficients<kVectorPairs>(r, plan.freq_row, half_dim, c * kVectorPairs);
-        store_pairs<T, kVectorPairs>(slice, r.write_layout, half_dim, c * kVectorPairs,
-                                     rotate(x[c], k));
+      for (int j = 0; j < kPairs; ++j) {
+        shared_store(&s.u[n][j], x.u[j]);
+        shared_store(&s.v[n][j], x.v[j]);
       }
     }
   }
-}
+
+  /// Phase 1: the rotated chunks from shared memory into the write layout.
+  MLAROPE_HD static void rotate_chunks(const RopeKernelArgs& a, const GridCoord& g,
+                                       const RowPlan& plan, std::int64_t row,
+                                       std::int64_t first_head, std::int64_t items, Shared& s) {
+    const PositionArgs& p = a.positions;
+    const std::int64_t half_dim = a.emb_dim / 2;
+    T* slices = row_pointer<T>(a.out, row, p.batch) + a.nope_dim;
+    for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
+      const std::int64_t head = quotient(n, chunks(a));
+      const std::int64_t first = (n - head * chunks(a)) * kPairs;
+      PairChunk<kPairs> held;
+      MLAROPE_UNROLL
+      for (int j = 0; j < kPairs; ++j) {
+        held.u[j] = shared_load(&s.u[n][j]);
+        held.v[j] = shared_load(&s.v[n][j]);
+      }
+      const PairCoefficients<kPairs> coefficients =
+          load_coefficients<kPairs>(a.rotation, plan.freq_row, half_dim, first);
+      store_pairs<T, kPairs>(slices + (first_head + head) * a.out.head_stride,
+                             a.rotation.write_layout, half_dim, first, rotate(held, coefficients));
+    }
+  }
+};
 
 /// Where the element at position j of a slice in layout `from` goes in layout `to`.
 MLAROPE_HD MLAROPE_INLINE std::int64_t moved_position(std::int64_t j, PairLayout from,
@@ -146,6 +269,9 @@ MLAROPE_HD inline void permute_slice(T* slice, std::int64_t emb_dim, PairLayout 
 /// rotates every pair where it was read, then moves the pairs to the write layout.
 template <class T>
 MLAROPE_HD inline void rope_whole_slice_scalar_body(const RopeKernelArgs& a, const GridCoord& g) {
+#if !defined(__CUDA_ARCH__)
+  if (rope_runs_on_host(a)) return rope_on_host<T, 1>(a, g);
+#endif
   const PositionArgs& p = a.positions;
   const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;

@@ -13,7 +13,7 @@ bool same(const LayoutTriple& a, PairLayout in, PairLayout out, PairLayout table
 }
 
 bool vector_ready(std::int64_t emb_dim, const LayoutTriple& layouts, bool aligned) {
-  return emb_dim % (2 * kernels::kVectorPairs) == 0 && is_megatron_mode(layouts) && aligned;
+  return emb_dim % kernels::kVectorEmbMultiple == 0 && is_megatron_mode(layouts) && aligned;
 }
 
 }  // namespace
@@ -30,8 +30,8 @@ RopeVariant choose_rope_variant(const RopeDispatchFacts& f) {
   const bool vector = vector_ready(f.emb_dim, f.layouts, f.rope_slices_aligned);
   const bool layout_change = f.layouts.in_layout != f.layouts.out_layout;
   if (f.in_place && layout_change) {
-    return vector && f.emb_dim <= kernels::kWholeSliceMaxEmbDim ? RopeVariant::whole_slice_vector
-                                                                : RopeVariant::whole_slice_scalar;
+    return vector && f.emb_dim <= kernels::kStagedMaxEmbDim ? RopeVariant::staged_vector
+                                                            : RopeVariant::whole_slice_scalar;
   }
   return vector ? RopeVariant::chunked_vector : RopeVariant::chunked_scalar;
 }

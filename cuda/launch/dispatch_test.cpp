@@ -42,8 +42,9 @@ TEST(Dispatch, OutOfPlaceFastPathNeedsMegatronModeEmbDimAndAlignment) {
 }
 
 TEST(Dispatch, InPlaceLayoutChangeOwnsWholeSlices) {
-  EXPECT_EQ(choose_rope_variant({64, {I, H, H}, true, true}), RopeVariant::whole_slice_vector);
-  EXPECT_EQ(choose_rope_variant({128, {I, H, H}, true, true}), RopeVariant::whole_slice_scalar);
+  EXPECT_EQ(choose_rope_variant({64, {I, H, H}, true, true}), RopeVariant::staged_vector);
+  EXPECT_EQ(choose_rope_variant({512, {I, H, H}, true, true}), RopeVariant::staged_vector);
+  EXPECT_EQ(choose_rope_variant({520, {I, H, H}, true, true}), RopeVariant::whole_slice_scalar);
   EXPECT_EQ(choose_rope_variant({64, {I, H, H}, true, false}), RopeVariant::whole_slice_scalar);
   EXPECT_EQ(choose_rope_variant({12, {I, H, H}, true, true}), RopeVariant::whole_slice_scalar);
   EXPECT_EQ(choose_rope_variant({64, {H, I, H}, true, true}), RopeVariant::whole_slice_scalar);
@@ -107,9 +108,9 @@ TEST(LaunchBuilder, MegatronShapesTakeTheFastPaths) {
   EXPECT_EQ(l.variant, RopeVariant::chunked_vector);
   EXPECT_TRUE(l.args.copy_vector);
   l = make_rope_launch(t, t, mla_args(b, 128, 64), {true, false}, profile);
-  EXPECT_EQ(l.variant, RopeVariant::whole_slice_vector);
+  EXPECT_EQ(l.variant, RopeVariant::staged_vector);
   l = make_rope_launch(t, t, mla_args(b, 128, 64), {true, true}, profile);
-  EXPECT_EQ(l.variant, RopeVariant::whole_slice_vector);
+  EXPECT_EQ(l.variant, RopeVariant::staged_vector);
   EXPECT_EQ(l.args.rotation.read_layout, PairLayout::half);  // the adjoint reads out_layout
   EXPECT_EQ(l.grid.blocks, 4);
   EXPECT_LE(l.grid.threads, profile.max_threads);

@@ -7,6 +7,7 @@
 #include "launch/dispatch.h"
 #include "mlarope/validate.h"
 #include "kernels/pair_rotation.h"
+#include "kernels/rope_kernels.h"
 
 namespace mlarope::detail {
 namespace {
@@ -31,6 +32,9 @@ kernels::PairRotation pair_rotation(const Rotation& r, bool adjoint) {
   p.table_dtype = r.cos.dtype;
   p.cos = table_view(r.cos);
   p.sin = table_view(r.sin);
+  p.table_vector = r.table_layout == PairLayout::half && r.cos.dtype == DType::f32 && r.cos.rank > 0 &&
+                   r.cos.size(-1) % kernels::kVectorEmbMultiple == 0 && aligned_view(r.cos, 0, 16) &&
+                   aligned_view(r.sin, 0, 16);
   return p;
 }
 
@@ -72,7 +76,10 @@ kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, const LaunchPr
   return {std::clamp<std::int64_t>(rows, 1, profile.max_blocks), static_cast<int>(threads)};
 }
 
-std::int64_t pairs_per_chunk(bool vector) { return vector ? kernels::kVectorPairs : 1; }
+// Pairs per chunk of a variant: kernels::kVectorPairs<T> of the dtype on the vector paths.
+std::int64_t pairs_per_chunk(bool vector, DType dtype) {
+  return vector ? 8 / static_cast<std::int64_t>(dtype_size(dtype)) : 1;
+}
 
 }  // namespace
 
@@ -93,10 +100,16 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
   const bool aligned = aligned_view(in, args.nope_dim, 16) && aligned_view(out, args.nope_dim, 16);
   l.variant = choose_rope_variant({args.emb_dim, layouts_of(args.rotation), mode.in_place, aligned});
   const std::int64_t rows = l.args.positions.seq_len * l.args.positions.batch;
-  const bool whole_slice = l.variant == RopeVariant::whole_slice_vector ||
-                           l.variant == RopeVariant::whole_slice_scalar;
+  if (l.variant == RopeVariant::staged_vector) {  // rounds of whole slices of one row
+    const std::int64_t chunks = args.emb_dim / 2 / pairs_per_chunk(true, in.dtype);
+    const std::int64_t per_round = kernels::staged_slices_per_round(l.args.heads, chunks);
+    const std::int64_t rounds = rows * ((l.args.heads + per_round - 1) / per_round);
+    l.grid = row_grid(rounds, per_round * chunks, profile);
+    return l;
+  }
+  const bool whole_slice = l.variant == RopeVariant::whole_slice_scalar;
   const std::int64_t chunks =
-      args.emb_dim / 2 / pairs_per_chunk(l.variant == RopeVariant::chunked_vector);
+      args.emb_dim / 2 / pairs_per_chunk(l.variant == RopeVariant::chunked_vector, in.dtype);
   const std::int64_t work =
       whole_slice ? l.args.heads
                   : std::max(chunks * l.args.heads,
@@ -125,7 +138,7 @@ KvSplitLaunch make_kv_split_launch(const KvSplitCall& c, const LaunchProfile& pr
   const bool aligned = aligned_view(c.k_pe, 0, 16) && aligned_view(c.key, a.k_dim, 16);
   l.variant = choose_kv_variant({a.emb_dim, layouts_of(a.rotation), aligned});
   const std::int64_t rows = l.args.positions.seq_len * l.args.positions.batch;
-  const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector);
+  const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies = copy_items(a.k_dim, c.kv.dtype) + copy_items(a.v_dim, c.kv.dtype);
   const std::int64_t work = l.args.heads * std::max(chunks, copies);
   l.grid = row_grid(rows, work, profile);
@@ -153,7 +166,7 @@ KvSplitBackwardLaunch make_kv_split_backward_launch(const KvSplitBackwardCall& c
   const bool aligned = aligned_view(c.grad_key, a.k_dim, 16) && aligned_view(c.grad_k_pe, 0, 16);
   l.variant = choose_kv_variant({a.emb_dim, layouts_of(a.rotation), aligned});
   const std::int64_t rows = l.args.positions.seq_len * l.args.positions.batch;
-  const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector);
+  const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies =
       l.args.heads * (copy_items(a.k_dim, l.dtype) + copy_items(a.v_dim, l.dtype));
   l.grid = row_grid(rows, std::max(chunks, copies), profile);

@@ -8,6 +8,7 @@
 //                      vector = k_pe(0) && key(k)
 //   kv_split_backward: copy_vector = grad_key(0) && grad_value(0) && grad_kv(0) && grad_kv(k);
 //                      vector = grad_key(k) && grad_k_pe(0)
+//   every op:          table_vector = half table layout && f32 && emb % 8 == 0 && cos(0) && sin(0)
 // x(e): the address of element e of the first row of x is 16-byte aligned (and so are x's
 // row and head strides). A tensor is misaligned by shifting its data by 1 element (2 bytes of
 // bf16) or by 4 (8 bytes, which keeps x(4) aligned); k = 4 makes x(k) sit 8 bytes off.
@@ -173,6 +174,48 @@ TEST(LaunchAlignment, KvSplitBackwardConditionsWithOneOperandFalse) {
     EXPECT_EQ(l.variant == detail::KvVariant::vector, c.vector) << c.what;
     expect_clean_model_run(call, [](const KvSplitBackwardCall& k, Stream& s) { kv_split_backward(k, s); },
                            c.what);
+  }
+}
+
+// f32 cos and sin tables of S rows in 16-byte-aligned storage: rows `row_stride` floats apart,
+// each table starting `shift` floats in.
+struct TableCase {
+  std::string what;
+  std::int64_t row_stride = kEmb, cos_shift = 0, sin_shift = 0;
+  PairLayout table_layout = PairLayout::half;
+  bool table_vector;  ///< expected
+};
+
+TEST(LaunchAlignment, TableVectorConditionsWithOneOperandFalse) {
+  const std::vector<TableCase> cases = {
+      {"every operand aligned", kEmb, 0, 0, PairLayout::half, true},
+      {"cos(0): cos shifted by 1 float", kEmb, 1, 0, PairLayout::half, false},
+      {"sin(0): sin shifted by 2 floats", kEmb, 0, 2, PairLayout::half, false},
+      {"cos(0) and sin(0): rows 66 floats apart", 66, 0, 0, PairLayout::half, false},
+      {"half: an interleaved table", kEmb, 0, 0, PairLayout::interleaved, false},
+  };
+  for (const TableCase& c : cases) {
+    alignas(16) static float cos[S * 80 + 8], sin[S * 80 + 8];
+    for (float& x : cos) x = 0.8f;
+    for (float& x : sin) x = 0.6f;
+    CallArena arena(Layout{});
+    for (const bool in_place : {false, true}) {
+      RopeCall call = rope_call(arena);
+      if (in_place) call.out = TensorView{const_cast<void*>(call.t.data), call.t.dtype, call.t.rank, call.t.shape, call.t.strides};
+      call.args.rotation.table_layout = c.table_layout;
+      call.args.rotation.cos = ConstTensorView{cos + c.cos_shift, DType::f32, 2, {S, kEmb}, {c.row_stride, 1}};
+      call.args.rotation.sin = ConstTensorView{sin + c.sin_shift, DType::f32, 2, {S, kEmb}, {c.row_stride, 1}};
+      const detail::RopeLaunch l =
+          detail::make_rope_launch(call.t, call.out, call.args, {in_place, false}, kProfile);
+      const std::string what = c.what + (in_place ? " (in place)" : "");
+      EXPECT_EQ(l.args.rotation.table_vector, c.table_vector) << what;
+      if (in_place) {
+        const RopeInplaceCall inplace{call.out, call.args};
+        expect_clean_model_run(inplace, [](const RopeInplaceCall& k, Stream& s) { rope_inplace(k, s); }, what);
+      } else {
+        expect_clean_model_run(call, [](const RopeCall& k, Stream& s) { rope(k, s); }, what);
+      }
+    }
   }
 }
 
