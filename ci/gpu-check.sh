@@ -21,8 +21,8 @@ only in .gpu-deps/prefix (bash ci/gpu-deps.sh makes it), then runs, each step un
                     (one case per op and layout) and the CUDA rope/kv_split backend tests
   initcheck         compute-sanitizer initcheck over the same cases
   racecheck         compute-sanitizer racecheck, and
-  synccheck         synccheck, over block_sum_cuda_test: the kernels that use shared memory
-                    or barriers (no production kernel does yet; if one does, its cases too)
+  synccheck         synccheck, over block_sum_cuda_test and the cases: the kernels that use
+                    shared memory or barriers (the staged in-place rope kernel)
   cuda-bench        cuda_bench --graph (smoke set, short), with the copy-floor counters
   report            mlarope report over the fuzz and benchmark JSON
 Everything lands in OUT_DIR as two files: gpu-check.tar.gz (every log, the JSON, the report)

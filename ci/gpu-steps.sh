@@ -234,8 +234,8 @@ step_sanitize() {
   echo "$tool: $runs runs, $(grep -c 'ERROR SUMMARY: 0 errors' "$logs/$tool.log") with 0 errors"
 }
 
-# racecheck / synccheck (TOOL) where there is shared memory or a block barrier: no production
-# kernel has one yet, so the phased test kernel (block_sum_cuda_test), and the cases if one does.
+# racecheck / synccheck (TOOL) where there is shared memory or a block barrier: the phased test
+# kernel (block_sum_cuda_test), and the cases where a production kernel has them (staged rope).
 step_shared_memory() {
   local tool=$1 sanitizer phased c
   sanitizer=$(find_tool compute-sanitizer) ||

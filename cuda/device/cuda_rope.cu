@@ -15,8 +15,9 @@ __global__ void MLAROPE_CHUNKED_KERNEL_BOUNDS rope_chunked_kernel(const RopeKern
   rope_chunked_body<T, kPairs>(a, grid_coord());
 }
 
+// The chunked kernels' register cap: at ptxas's 64 the bf16 instance spilled 24 bytes.
 template <class T>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock) rope_staged_kernel(const RopeKernelArgs a) {
+__global__ void MLAROPE_CHUNKED_KERNEL_BOUNDS rope_staged_kernel(const RopeKernelArgs a) {
   run_phases<RopeStagedBody<T>>(a, grid_coord());
 }
 

@@ -151,10 +151,12 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t head
 
 /// In place with read_layout != write_layout, vector-ready, emb_dim <= kStagedMaxEmbDim (a
 /// phased body, kernels/portability.h). Each round of a block takes whole rope slices of one
-/// row (at most kStagedChunks pair chunks): phase 0 reads every chunk into shared memory, a
+/// row (at most kStagedChunks pair chunks): phase 0 reads every chunk into shared memory and
+/// thread 0 plans the row (once per round: one cu_seqlens search, not one per thread), a
 /// barrier, phase 1 writes the rotated chunks in the write layout. Consecutive threads take
 /// consecutive chunks of a slice, so a warp reads and writes contiguous memory; no element is
-/// written before every chunk of its slice was read (DESIGN.md rule 3).
+/// written before every chunk of its slice was read (DESIGN.md rule 3). A pass-through row is
+/// read and left untouched.
 template <class T>
 struct RopeStagedBody {
   static constexpr int kPairs = kVectorPairs<T>;
@@ -162,6 +164,8 @@ struct RopeStagedBody {
   struct Shared {
     float u[kStagedChunks][kPairs];
     float v[kStagedChunks][kPairs];
+    std::int64_t freq_row;  ///< the round's row plan, made by thread 0 in phase 0
+    std::int32_t rotate;
   };
 
   MLAROPE_HD static std::int64_t chunks(const RopeKernelArgs& a) { return a.emb_dim / 2 / kPairs; }
@@ -184,13 +188,16 @@ struct RopeStagedBody {
     const std::int64_t per_round = staged_slices_per_round(a.heads, chunks(a));
     const std::int64_t first_head = (round - row * per_row) * per_round;
     const std::int64_t heads = a.heads - first_head < per_round ? a.heads - first_head : per_round;
-    const bool stage = index % kPhases == 0;
-    const bool pass_all = call_passes_through(p, g);
-    const RowPlan plan =
-        pass_all ? RowPlan{} : plan_row(p, row, stage && g.thread == 0 && first_head == 0);
-    if (!plan.rotate) return;  // in place: a pass-through row is left untouched
-    if (stage) stage_chunks(a, g, row, first_head, heads * chunks(a), s);
-    else rotate_chunks(a, g, plan, row, first_head, heads * chunks(a), s);
+    if (index % kPhases == 0) {
+      stage_chunks(a, g, row, first_head, heads * chunks(a), s);
+      if (g.thread != 0) return;
+      const RowPlan plan = call_passes_through(p, g) ? RowPlan{} : plan_row(p, row, first_head == 0);
+      shared_store(&s.freq_row, plan.freq_row);
+      shared_store(&s.rotate, plan.rotate ? 1 : 0);
+      return;
+    }
+    if (shared_load(&s.rotate) == 0) return;  // in place: a pass-through row is left untouched
+    rotate_chunks(a, g, shared_load(&s.freq_row), row, first_head, heads * chunks(a), s);
   }
 
   /// Phase 0: chunk n of the round (slice first_head + item / chunks) into shared memory.
@@ -214,7 +221,7 @@ struct RopeStagedBody {
 
   /// Phase 1: the rotated chunks from shared memory into the write layout.
   MLAROPE_HD static void rotate_chunks(const RopeKernelArgs& a, const GridCoord& g,
-                                       const RowPlan& plan, std::int64_t row,
+                                       std::int64_t freq_row, std::int64_t row,
                                        std::int64_t first_head, std::int64_t items, Shared& s) {
     const PositionArgs& p = a.positions;
     const std::int64_t half_dim = a.emb_dim / 2;
@@ -229,7 +236,7 @@ struct RopeStagedBody {
         held.v[j] = shared_load(&s.v[n][j]);
       }
       const PairCoefficients<kPairs> coefficients =
-          load_coefficients<kPairs>(a.rotation, plan.freq_row, half_dim, first);
+          load_coefficients<kPairs>(a.rotation, freq_row, half_dim, first);
       store_pairs<T, kPairs>(slices + (first_head + head) * a.out.head_stride,
                              a.rotation.write_layout, half_dim, first, rotate(held, coefficients));
     }

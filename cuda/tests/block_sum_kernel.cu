@@ -1,7 +1,7 @@
 // The phased test body of testing/block_sum.h as a CUDA kernel: block barriers and shared
 // memory written once compile to __syncthreads() and __shared__. block_sum_cuda_test runs it
-// where a device is present (and ci/gpu-check.sh under racecheck and synccheck: no production
-// kernel uses shared memory or barriers yet, this one does).
+// where a device is present (and ci/gpu-check.sh under racecheck and synccheck, beside the
+// production kernel with phases, the staged in-place rope).
 #include <cuda_runtime.h>
 
 #include <stdexcept>
