@@ -58,7 +58,10 @@ namespace {
 
 // Blocks per tile of the block order: 1 (every block placed at random) up to 1023 blocks,
 // then growing so that there are about 512 tiles; large grids stream through memory.
-std::int64_t tile_of(std::int64_t blocks) { return std::clamp<std::int64_t>(blocks / 512, 1, 64); }
+std::int64_t tile_of(std::int64_t blocks, std::int64_t workers) {
+  if (blocks < 1024) return 1;
+  return std::max<std::int64_t>(1, blocks / (workers * 8));
+}
 
 // The thread order of one block of a large grid: a rotation, maybe reversed. Cheaper on the
 // memory system than a full shuffle (threads of a block mostly touch consecutive memory), and
@@ -105,7 +108,7 @@ void HostExecutor::run_block(GridShape grid, std::int64_t block, bool full_shuff
 // parallel over the workers for large launches.
 template <class PerBlock>
 void HostExecutor::for_each_block(GridShape grid, PerBlock per_block) const {
-  const std::int64_t tile = tile_of(grid.blocks);
+  const std::int64_t tile = tile_of(grid.blocks, threads_);
   const std::int64_t tiles = (grid.blocks + tile - 1) / tile;
   const IndexPermutation tile_order(static_cast<std::uint64_t>(tiles), mix(seed_));
   // Small launches run on the calling thread: starting workers would cost more than they save.

@@ -32,7 +32,7 @@ inline constexpr std::int64_t kHostKvMaxEmbDim = 512;
 
 /// The host's fast mode of kv_split_body, shaped like the reference: each thread takes a
 /// contiguous range of a row's heads, rotates the row's k_pe once, and writes each of its key
-/// and value heads in one pass (k part, rotated slice, v part), each part one memcpy.
+/// and value heads in one pass (k part, rotated slice, v part), each part one streaming copy.
 template <class T, int kPairs>
 inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
   const PositionArgs& p = a.positions;
@@ -62,11 +62,12 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
     for (std::int64_t h = mine.begin; h < mine.end; ++h) {  // kv may be null when k + v = 0
       const T* kv_head = kv + h * a.kv.head_stride;
       T* key_head = key + h * a.key.head_stride;
-      if (k_bytes > 0) std::memcpy(key_head, kv_head, k_bytes);
-      std::memcpy(key_head + a.k_dim, slice, slice_bytes);
-      if (v_bytes > 0) std::memcpy(value + h * a.value.head_stride, kv_head + a.k_dim, v_bytes);
+      host_stream_copy(key_head, kv_head, k_bytes);
+      host_stream_copy(key_head + a.k_dim, slice, slice_bytes);
+      host_stream_copy(value + h * a.value.head_stride, kv_head + a.k_dim, v_bytes);
     }
   }
+  host_store_fence();
 }
 #endif
 
@@ -162,7 +163,8 @@ MLAROPE_HD MLAROPE_INLINE void grad_k_pe_chunks(const KvSplitBackwardKernelArgs&
 
 #if !defined(__CUDA_ARCH__)
 /// The host's fast mode of kv_split_backward_body: each thread copies a contiguous range of
-/// the row's heads in one pass (grad_kv = [grad_key k part, grad_value], two memcpys a head);
+/// the row's heads in one pass (grad_kv = [grad_key k part, grad_value], two streaming copies a
+/// head);
 /// thread 0 also makes grad_k_pe, with the same sums in the same head order as the device path.
 template <class T, int kPairs>
 inline void kv_split_backward_on_host(const KvSplitBackwardKernelArgs& a, const GridCoord& g) {
@@ -178,12 +180,13 @@ inline void kv_split_backward_on_host(const KvSplitBackwardKernelArgs& a, const 
     T* grad_kv = row_pointer<T>(a.grad_kv, row, p.batch);
     for (std::int64_t h = mine.begin; h < mine.end; ++h) {  // the views may be null when empty
       T* kv_head = grad_kv + h * a.grad_kv.head_stride;
-      if (k_bytes > 0) std::memcpy(kv_head, grad_key + h * a.grad_key.head_stride, k_bytes);
-      if (v_bytes > 0) std::memcpy(kv_head + a.k_dim, grad_value + h * a.grad_value.head_stride, v_bytes);
+      host_stream_copy(kv_head, grad_key + h * a.grad_key.head_stride, k_bytes);
+      host_stream_copy(kv_head + a.k_dim, grad_value + h * a.grad_value.head_stride, v_bytes);
     }
     if (g.thread == 0)
       grad_k_pe_chunks<T, kPairs>(a, grad_key, row_pointer<T>(a.grad_k_pe, row, p.batch), plan, 0, 1);
   }
+  host_store_fence();
 }
 #endif
 
