@@ -51,10 +51,12 @@ void throw_model_findings(const kernels::gpu_model::Recorder& recorder) {
 detail::LaunchProfile HostStream::profile() const {
   if (gpu_model_) return detail::cuda_launch_profile();
   // Few threads per block: each host "thread" is a function call, so fewer, larger work
-  // items amortise the row bookkeeping (freq_row, table loads) best.
+  // items amortise the row bookkeeping (freq_row, table loads) best; at least 256 work items
+  // (about 4 KB of a row) each, so that rows of few heads are not cut into tiny calls.
   detail::LaunchProfile p;
   p.max_threads = 8;
   p.thread_granularity = 1;
+  p.min_work_per_thread = 256;
   p.max_blocks = std::int64_t{1} << 20;
   return p;
 }

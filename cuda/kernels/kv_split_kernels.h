@@ -30,22 +30,23 @@ MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T
 /// Largest emb_dim of the host's fast kv_split (its rotated slice lives on the stack).
 inline constexpr std::int64_t kHostKvMaxEmbDim = 512;
 
-/// The host's fast mode of kv_split_body, shaped like the reference: each thread takes a
-/// contiguous range of a row's heads, rotates the row's k_pe once, and writes each of its key
-/// and value heads in one pass (k part, rotated slice, v part), each part one streaming copy.
+/// The host's fast mode of kv_split_body, shaped like the reference: thread 0 of each block
+/// takes the whole row, rotates its k_pe once, and writes each key and value head in one pass
+/// (k part, rotated slice, v part), each part one streaming copy.
 template <class T, int kPairs>
 inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
+  if (g.thread != 0) return;
   const PositionArgs& p = a.positions;
   const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;
   const bool pass_all = call_passes_through(p, g);
-  const ItemRange mine = share_of_items(a.heads, g.thread, g.num_threads);  // step 1 here
+  const ItemRange mine{0, a.heads, 1};
   T slice[kHostKvMaxEmbDim];
   const std::size_t k_bytes = static_cast<std::size_t>(a.k_dim) * sizeof(T);
   const std::size_t v_bytes = static_cast<std::size_t>(a.v_dim) * sizeof(T);
   const std::size_t slice_bytes = static_cast<std::size_t>(a.emb_dim) * sizeof(T);
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
-    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, true);
     if (mine.begin >= mine.end) continue;
     const T* k_pe = row_pointer<T>(a.k_pe, row, p.batch);
     if (!plan.rotate) {  // pass through: k_pe unrotated, bit for bit
@@ -162,29 +163,52 @@ MLAROPE_HD MLAROPE_INLINE void grad_k_pe_chunks(const KvSplitBackwardKernelArgs&
 }
 
 #if !defined(__CUDA_ARCH__)
-/// The host's fast mode of kv_split_backward_body: each thread copies a contiguous range of
-/// the row's heads in one pass (grad_kv = [grad_key k part, grad_value], two streaming copies a
-/// head);
-/// thread 0 also makes grad_k_pe, with the same sums in the same head order as the device path.
+/// The host's fast mode of kv_split_backward_body: thread 0 of each block takes the whole row
+/// in one pass over its heads (grad_kv = [grad_key k part, grad_value], two streaming copies a
+/// head, and the head's rope slice added to the sums), so every byte of grad_key is read once.
+/// The sums are the device path's (head_sum): f32 additions in head order, bit for bit.
 template <class T, int kPairs>
 inline void kv_split_backward_on_host(const KvSplitBackwardKernelArgs& a, const GridCoord& g) {
+  constexpr int kMaxChunks = static_cast<int>(kHostKvMaxEmbDim / 2 / kPairs);
+  if (g.thread != 0) return;
   const PositionArgs& p = a.positions;
+  const PairRotation& r = a.rotation;
+  const std::int64_t half_dim = a.emb_dim / 2;
+  const std::int64_t chunks = half_dim / kPairs;
   const bool pass_all = call_passes_through(p, g);
-  const ItemRange mine = share_of_items(a.heads, g.thread, g.num_threads);  // step 1 here
   const std::size_t k_bytes = static_cast<std::size_t>(a.k_dim) * sizeof(T);
   const std::size_t v_bytes = static_cast<std::size_t>(a.v_dim) * sizeof(T);
+  PairChunk<kPairs> sum[kMaxChunks];
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
-    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, true);
     const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
     const T* grad_value = row_pointer<T>(a.grad_value, row, p.batch);
     T* grad_kv = row_pointer<T>(a.grad_kv, row, p.batch);
-    for (std::int64_t h = mine.begin; h < mine.end; ++h) {  // the views may be null when empty
+    for (std::int64_t c = 0; c < chunks; ++c)
+      for (int j = 0; j < kPairs; ++j) sum[c].u[j] = sum[c].v[j] = 0.0f;
+    for (std::int64_t h = 0; h < a.heads; ++h) {  // the views may be null when empty
+      const T* key_head = grad_key + h * a.grad_key.head_stride;
       T* kv_head = grad_kv + h * a.grad_kv.head_stride;
-      host_stream_copy(kv_head, grad_key + h * a.grad_key.head_stride, k_bytes);
+      host_stream_copy(kv_head, key_head, k_bytes);
       host_stream_copy(kv_head + a.k_dim, grad_value + h * a.grad_value.head_stride, v_bytes);
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        const PairChunk<kPairs> x = load_pairs<T, kPairs>(key_head + a.k_dim, r.read_layout, half_dim, c * kPairs);
+        MLAROPE_SIMD
+        for (int j = 0; j < kPairs; ++j) {
+          sum[c].u[j] += x.u[j];
+          sum[c].v[j] += x.v[j];
+        }
+      }
     }
-    if (g.thread == 0)
-      grad_k_pe_chunks<T, kPairs>(a, grad_key, row_pointer<T>(a.grad_k_pe, row, p.batch), plan, 0, 1);
+    T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::int64_t first = c * kPairs;
+      if (plan.rotate)
+        store_pairs<T, kPairs>(grad_k_pe, r.write_layout, half_dim, first,
+                               rotate(sum[c], load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
+      else  // pass through: the head sum unrotated, positions kept
+        store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum[c]);
+    }
   }
   host_store_fence();
 }
@@ -195,7 +219,8 @@ template <class T, int kPairs>
 MLAROPE_HD inline void kv_split_backward_body(const KvSplitBackwardKernelArgs& a,
                                               const GridCoord& g) {
 #if !defined(__CUDA_ARCH__)
-  if (!MLAROPE_DEVICE_PATHS()) return kv_split_backward_on_host<T, kPairs>(a, g);
+  if (!MLAROPE_DEVICE_PATHS() && a.emb_dim <= kHostKvMaxEmbDim)
+    return kv_split_backward_on_host<T, kPairs>(a, g);
 #endif
   const PositionArgs& p = a.positions;
   const bool pass_all = call_passes_through(p, g);

@@ -68,10 +68,12 @@ std::int64_t copy_items(std::int64_t length, DType dtype) {
 }
 
 // A grid of one block per row (capped: the bodies loop over rows) with enough threads for
-// `work` items per row (at least one thread).
+// `work` items per row, profile.min_work_per_thread or more each (at least one thread).
 kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, const LaunchProfile& profile) {
   const std::int64_t g = profile.thread_granularity;
-  const std::int64_t threads = std::clamp<std::int64_t>((work + g - 1) / g * g, g, profile.max_threads);
+  const std::int64_t per = std::max<std::int64_t>(1, profile.min_work_per_thread);
+  const std::int64_t wanted = (work + per - 1) / per;
+  const std::int64_t threads = std::clamp<std::int64_t>((wanted + g - 1) / g * g, g, profile.max_threads);
   // At least one block, even without rows or heads: the status word still gets its bits.
   return {std::clamp<std::int64_t>(rows, 1, profile.max_blocks), static_cast<int>(threads)};
 }

@@ -16,6 +16,7 @@ struct LaunchProfile {
   std::int64_t max_threads = 128;        ///< threads per block
   std::int64_t thread_granularity = 32;  ///< threads per block are a multiple of this
   std::int64_t max_blocks = 1 << 20;     ///< larger grids loop over rows (grid-stride)
+  std::int64_t min_work_per_thread = 1;  ///< work items (16-byte pieces, pair chunks) per thread
 };
 
 /// The launch profile of a CUDA GPU: the CUDA backend launches with it, and the host
