@@ -78,7 +78,8 @@ inline void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
   const std::int64_t half_dim = a.emb_dim / 2;
   const std::int64_t chunks = half_dim / kPairs;
   const bool pass_all = call_passes_through(p, g);
-  const ItemRange mine = share_of_items(a.heads, g.thread, g.num_threads);  // step 1 here
+  if (g.thread != 0) return;
+  const ItemRange mine{0, a.heads, 1};
   const std::size_t nope_bytes = static_cast<std::size_t>(a.nope_dim) * sizeof(T);
   const std::size_t head_bytes = static_cast<std::size_t>(a.nope_dim + a.emb_dim) * sizeof(T);
   const std::size_t slice_bytes = static_cast<std::size_t>(a.emb_dim) * sizeof(T);
@@ -86,7 +87,7 @@ inline void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
   PairChunk<kPairs> x[kMaxChunks];
   T rotated[kHostRopeMaxEmbDim];
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
-    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, true);
     if (mine.begin >= mine.end) continue;
     const T* in = row_pointer<T>(a.in, row, p.batch);
     T* out = row_pointer<T>(a.out, row, p.batch);
