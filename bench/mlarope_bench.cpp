@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -272,6 +273,44 @@ void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
   set_counters(state, bytes, seconds);
 }
 
+// rope_inplace's access pattern with next to no arithmetic: each head's rope slice (a short
+// run, one head stride from the next) read and written back in place, 8 bytes at a time (each
+// word plus 1), rows split over the cores. Its floor_fraction is the most this pattern allows on
+// the machine, below the copy's: the other bytes of each head's cache lines travel too.
+void strided_touch(char* base, const Shape& s) {
+  const std::size_t e = dtype_size(s.dtype);
+  const std::size_t head = static_cast<std::size_t>(s.nope_dim + s.emb_dim) * e;
+  const std::size_t nope = static_cast<std::size_t>(s.nope_dim) * e, slice = static_cast<std::size_t>(s.emb_dim) * e;
+  const std::int64_t heads = s.tokens * s.heads;
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([=] {
+      for (std::int64_t h = heads * t / threads; h < heads * (t + 1) / threads; ++h) {
+        char* p = base + static_cast<std::size_t>(h) * head + nope;
+        for (std::size_t b = 0; b + 8 <= slice; b += 8) {
+          std::uint64_t x;
+          std::memcpy(&x, p + b, 8);
+          x += 1;
+          std::memcpy(p + b, &x, 8);
+        }
+      }
+    });
+  for (std::thread& th : pool) th.join();
+}
+
+void run_strided_floor(benchmark::State& state, Shape shape) {
+  const std::int64_t bytes = minimum_bytes(BenchOp::rope_inplace, shape);
+  const std::size_t tensor = static_cast<std::size_t>(shape.tokens * shape.heads * (shape.nope_dim + shape.emb_dim)) *
+                             dtype_size(shape.dtype);
+  const int sets = rotation_sets(bytes);
+  std::vector<char> buffer(sets * tensor, 1);
+  copy_bandwidth();
+  std::int64_t next = 0;
+  const double seconds = timed_loop(state, [&] { strided_touch(buffer.data() + (next++ % sets) * tensor, shape); });
+  set_counters(state, bytes, seconds);
+}
+
 bool take_flag(int& argc, char** argv, const std::string& flag) {
   for (int i = 1; i < argc; ++i)
     if (argv[i] == flag) {
@@ -314,6 +353,11 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(label.c_str(), run_copy, op, shape)
           ->Unit(benchmark::kMillisecond)->UseRealTime();
     }
+  for (const Shape& shape : bench_shapes(full)) {
+    const std::string label = "rope_inplace/strided_floor/" + shape_label(shape);
+    benchmark::RegisterBenchmark(label.c_str(), run_strided_floor, shape)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
