@@ -23,7 +23,8 @@ enum class KernelFault : int {
   store_past_end,         ///< kv_split: a store one element past the end of value
   shared_element,         ///< segment copies: two threads write one element (a race)
   contiguous_copy_ranges, ///< segment copies: a contiguous range per thread (coalescing)
-  local_array_overflow,   ///< rope (whole-slice vector): a store past a local array (ASan)
+  local_array_overflow,   ///< rope (the host's fast branch): a store past a local array (ASan)
+  staged_missing_barrier, ///< rope (staged, in place): chunks written in the phase that reads slices
 };
 
 /// Every fault but `none`.
@@ -31,7 +32,8 @@ inline std::vector<KernelFault> all_kernel_faults() {
   return {KernelFault::cp_chunk,       KernelFault::thd_search,     KernelFault::dropped_inverse,
           KernelFault::nope_in_place,  KernelFault::table_stride,   KernelFault::slow,
           KernelFault::vector_either_aligned, KernelFault::store_past_end,
-          KernelFault::shared_element, KernelFault::contiguous_copy_ranges,  KernelFault::local_array_overflow};
+          KernelFault::shared_element, KernelFault::contiguous_copy_ranges,  KernelFault::local_array_overflow,
+          KernelFault::staged_missing_barrier};
 }
 
 /// "none", "cp_chunk", ...
@@ -49,6 +51,7 @@ inline std::string_view to_string(KernelFault fault) {
     case KernelFault::shared_element: return "shared_element";
     case KernelFault::contiguous_copy_ranges: return "contiguous_copy_ranges";
     case KernelFault::local_array_overflow: return "local_array_overflow";
+    case KernelFault::staged_missing_barrier: return "staged_missing_barrier";
   }
   return "?";
 }

@@ -60,6 +60,15 @@ TEST(GpuModelDetectors, RacesCatchTwoThreadsWritingOneElement) {
   EXPECT_EQ(error_of([&] { model_stream(KernelFault::none).rope(b.call()); }), "");
 }
 
+TEST(GpuModelDetectors, RacesCatchTheStagedBodyWithoutItsBarrier) {
+  RopeBuffers b(/*misalign_t=*/false);  // in place, MLA layouts, emb 64: the staged body
+  const std::string faulty =
+      error_of([&] { model_stream(KernelFault::staged_missing_barrier).rope_inplace(b.inplace_call()); });
+  EXPECT_NE(faulty.find("rope/staged_vector/bf16"), std::string::npos) << faulty;
+  EXPECT_NE(faulty.find("race: store of a byte that"), std::string::npos) << faulty;
+  EXPECT_EQ(error_of([&] { model_stream(KernelFault::none).rope_inplace(b.inplace_call()); }), "");
+}
+
 TEST(GpuModelDetectors, CoalescingSeesAContiguousRangeOfCopiesPerThread) {
   // 16 heads of nope 120: 240 16-byte pieces of nope parts for 128 threads.
   RopeBuffers clean_buffers(false, 16, 120), ranged_buffers(false, 16, 120);
