@@ -57,7 +57,7 @@ HostExecutor::HostExecutor(std::uint64_t seed, int threads) : seed_(seed), threa
 namespace {
 
 // Blocks per tile of the block order: 1 (every block placed at random) up to 1023 blocks,
-// then growing so that there are about 512 tiles; large grids stream through memory.
+// then about 8 tiles per worker; large grids stream through memory.
 std::int64_t tile_of(std::int64_t blocks, std::int64_t workers) {
   if (blocks < 1024) return 1;
   return std::max<std::int64_t>(1, blocks / (workers * 8));

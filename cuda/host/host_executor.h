@@ -4,8 +4,8 @@
 // the order of threads or blocks gives seed-dependent results (DESIGN.md rule 3).
 // Grids of up to 1023 blocks (every test-sized launch) are fully shuffled: blocks, and threads
 // within each block. Larger grids, where the order is about speed more than about finding
-// order dependence, are cut into about 512 tiles of consecutive blocks whose order is
-// shuffled, and each block runs its threads in a rotated (possibly reversed) order, so that
+// order dependence, are cut into about 8 tiles per worker of consecutive blocks whose order
+// is shuffled, and each block runs its threads in a rotated (possibly reversed) order, so that
 // memory is still streamed.
 // It knows nothing about RoPE: it calls a function of (arguments, GridCoord).
 #pragma once

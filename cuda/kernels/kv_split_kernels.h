@@ -40,14 +40,12 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
   const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;
   const bool pass_all = call_passes_through(p, g);
-  const ItemRange mine{0, a.heads, 1};
   T slice[kHostKvMaxEmbDim];
   const std::size_t k_bytes = static_cast<std::size_t>(a.k_dim) * sizeof(T);
   const std::size_t v_bytes = static_cast<std::size_t>(a.v_dim) * sizeof(T);
   const std::size_t slice_bytes = static_cast<std::size_t>(a.emb_dim) * sizeof(T);
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
     const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, true);
-    if (mine.begin >= mine.end) continue;
     const T* k_pe = row_pointer<T>(a.k_pe, row, p.batch);
     if (!plan.rotate) {  // pass through: k_pe unrotated, bit for bit
       std::memcpy(slice, k_pe, slice_bytes);
@@ -60,7 +58,7 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
     const T* kv = row_pointer<T>(a.kv, row, p.batch);
     T* key = row_pointer<T>(a.key, row, p.batch);
     T* value = row_pointer<T>(a.value, row, p.batch);
-    for (std::int64_t h = mine.begin; h < mine.end; ++h) {  // kv may be null when k + v = 0
+    for (std::int64_t h = 0; h < a.heads; ++h) {  // kv may be null when k + v = 0
       const T* kv_head = kv + h * a.kv.head_stride;
       T* key_head = key + h * a.key.head_stride;
       host_stream_copy(key_head, kv_head, k_bytes);
@@ -123,6 +121,16 @@ MLAROPE_HD MLAROPE_INLINE void copy_grad_kv_parts(const KvSplitBackwardKernelArg
                         a.copy_vector, g.thread, g.num_threads);
 }
 
+/// sum += x, pair by pair (the head sums' one addition, in f32).
+template <int kPairs>
+MLAROPE_HD MLAROPE_INLINE void add_pairs(PairChunk<kPairs>& sum, const PairChunk<kPairs>& x) {
+  MLAROPE_SIMD
+  for (int j = 0; j < kPairs; ++j) {
+    sum.u[j] += x.u[j];
+    sum.v[j] += x.v[j];
+  }
+}
+
 /// Sum over heads of pairs first .. first + kPairs - 1 of the key rope slices, in f32.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> head_sum(const KvSplitBackwardKernelArgs& a,
@@ -132,15 +140,23 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> head_sum(const KvSplitBackwardKernel
   MLAROPE_SIMD
   for (int j = 0; j < kPairs; ++j) sum.u[j] = sum.v[j] = 0.0f;
   for (std::int64_t h = 0; h < a.heads; ++h) {
-    const PairChunk<kPairs> x = load_pairs<T, kPairs>(
-        grad_key + h * a.grad_key.head_stride + a.k_dim, a.rotation.read_layout, half_dim, first);
-    MLAROPE_SIMD
-    for (int j = 0; j < kPairs; ++j) {
-      sum.u[j] += x.u[j];
-      sum.v[j] += x.v[j];
-    }
+    add_pairs(sum, load_pairs<T, kPairs>(grad_key + h * a.grad_key.head_stride + a.k_dim,
+                                         a.rotation.read_layout, half_dim, first));
   }
   return sum;
+}
+
+/// Pairs first .. first + kPairs - 1 of grad_k_pe from their head sum: rotated by the adjoint,
+/// or (a pass-through row) unrotated, positions kept.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE void store_grad_k_pe_chunk(const PairRotation& r, T* grad_k_pe,
+                                                    const RowPlan& plan, std::int64_t half_dim,
+                                                    std::int64_t first, const PairChunk<kPairs>& sum) {
+  if (plan.rotate)
+    store_pairs<T, kPairs>(grad_k_pe, r.write_layout, half_dim, first,
+                           rotate(sum, load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
+  else
+    store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
 }
 
 /// grad_k_pe of one row: the head sum of every pair chunk, rotated by the adjoint (or passed
@@ -153,12 +169,7 @@ MLAROPE_HD MLAROPE_INLINE void grad_k_pe_chunks(const KvSplitBackwardKernelArgs&
   const std::int64_t half_dim = a.emb_dim / 2;
   for (std::int64_t c = first_chunk; c < half_dim / kPairs; c += step) {
     const std::int64_t first = c * kPairs;
-    const PairChunk<kPairs> sum = head_sum<T, kPairs>(a, grad_key, first);
-    if (plan.rotate)
-      store_pairs<T, kPairs>(grad_k_pe, r.write_layout, half_dim, first,
-                             rotate(sum, load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
-    else  // pass through: the head sum unrotated, positions kept
-      store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
+    store_grad_k_pe_chunk<T, kPairs>(r, grad_k_pe, plan, half_dim, first, head_sum<T, kPairs>(a, grad_key, first));
   }
 }
 
@@ -191,24 +202,12 @@ inline void kv_split_backward_on_host(const KvSplitBackwardKernelArgs& a, const 
       T* kv_head = grad_kv + h * a.grad_kv.head_stride;
       host_stream_copy(kv_head, key_head, k_bytes);
       host_stream_copy(kv_head + a.k_dim, grad_value + h * a.grad_value.head_stride, v_bytes);
-      for (std::int64_t c = 0; c < chunks; ++c) {
-        const PairChunk<kPairs> x = load_pairs<T, kPairs>(key_head + a.k_dim, r.read_layout, half_dim, c * kPairs);
-        MLAROPE_SIMD
-        for (int j = 0; j < kPairs; ++j) {
-          sum[c].u[j] += x.u[j];
-          sum[c].v[j] += x.v[j];
-        }
-      }
+      for (std::int64_t c = 0; c < chunks; ++c)
+        add_pairs(sum[c], load_pairs<T, kPairs>(key_head + a.k_dim, r.read_layout, half_dim, c * kPairs));
     }
     T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      const std::int64_t first = c * kPairs;
-      if (plan.rotate)
-        store_pairs<T, kPairs>(grad_k_pe, r.write_layout, half_dim, first,
-                               rotate(sum[c], load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
-      else  // pass through: the head sum unrotated, positions kept
-        store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum[c]);
-    }
+    for (std::int64_t c = 0; c < chunks; ++c)
+      store_grad_k_pe_chunk<T, kPairs>(r, grad_k_pe, plan, half_dim, c * kPairs, sum[c]);
   }
   host_store_fence();
 }

@@ -65,9 +65,9 @@ inline void prefetch_for_write(const void* p, std::size_t bytes) {
   for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 1, 3);
 }
 
-/// The host's fast mode of every rope body, shaped like the reference: each thread takes a
-/// contiguous range of a row's heads and loads the row's coefficients once; per head it reads
-/// the rope slice whole before writing any of it (so in place works for any pair of layouts);
+/// The host's fast mode of every rope body, shaped like the reference: thread 0 of each block
+/// takes the whole row (its heads in memory order) and loads the row's coefficients once; per
+/// head it reads the rope slice whole before writing any of it (so in place works for any pair of layouts);
 /// out of place it rotates the slice into a local buffer and streams the nope part and the
 /// slice to the output (host_stream_copy), in place it stores the slice back.
 template <class T, int kPairs>
@@ -77,9 +77,8 @@ inline void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
   const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;
   const std::int64_t chunks = half_dim / kPairs;
-  const bool pass_all = call_passes_through(p, g);
   if (g.thread != 0) return;
-  const ItemRange mine{0, a.heads, 1};
+  const bool pass_all = call_passes_through(p, g);
   const std::size_t nope_bytes = static_cast<std::size_t>(a.nope_dim) * sizeof(T);
   const std::size_t head_bytes = static_cast<std::size_t>(a.nope_dim + a.emb_dim) * sizeof(T);
   const std::size_t slice_bytes = static_cast<std::size_t>(a.emb_dim) * sizeof(T);
@@ -88,18 +87,17 @@ inline void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
   T rotated[kHostRopeMaxEmbDim];
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
     const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, true);
-    if (mine.begin >= mine.end) continue;
     const T* in = row_pointer<T>(a.in, row, p.batch);
     T* out = row_pointer<T>(a.out, row, p.batch);
     if (!plan.rotate) {  // pass through: the whole head copied out of place, untouched in place
       if (!a.in_place)
-        for (std::int64_t h = mine.begin; h < mine.end; ++h)
+        for (std::int64_t h = 0; h < a.heads; ++h)
           host_stream_copy(out + h * a.out.head_stride, in + h * a.in.head_stride, head_bytes);
       continue;
     }
     for (std::int64_t c = 0; c < chunks; ++c)
       k[c] = load_coefficients<kPairs>(r, plan.freq_row, half_dim, c * kPairs);
-    for (std::int64_t h = mine.begin; h < mine.end; ++h) {
+    for (std::int64_t h = 0; h < a.heads; ++h) {
       const T* src = in + h * a.in.head_stride;
       T* dst = out + h * a.out.head_stride;
       // In place, a head's slice is a short run a head stride from the next, which the
