@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) kv_split_kernel(const KvS
 template <class T, int kPairs>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock)
     kv_split_backward_kernel(const KvSplitBackwardKernelArgs a) {
-  kv_split_backward_body<T, kPairs>(a, grid_coord());
+  run_phases<KvSplitBackwardBody<T, kPairs>>(a, grid_coord());
 }
 
 template <class T>

@@ -29,11 +29,13 @@ void (*kv_split_body_for(KvVariant v))(const KvSplitKernelArgs&, const GridCoord
   return v == KvVariant::vector ? &kv_split_body<T, kVectorPairs<T>> : &kv_split_body<T, 1>;
 }
 
-template <class T>
-void (*kv_split_backward_body_for(KvVariant v))(const KvSplitBackwardKernelArgs&,
-                                                const GridCoord&) {
-  return v == KvVariant::vector ? &kv_split_backward_body<T, kVectorPairs<T>>
-                                : &kv_split_backward_body<T, 1>;
+// kv_split_backward of dtype T, variant v: the host's fast branch in fast mode (emb_dim <=
+// kHostKvMaxEmbDim), else the phased body (its barriers as phases).
+template <class T, int kPairs>
+void run_kv_split_backward_typed(const HostExecutor& e, const detail::KvSplitBackwardLaunch& l) {
+  if (!MLAROPE_DEVICE_PATHS() && l.args.emb_dim <= kHostKvMaxEmbDim)
+    return launch(e, l.grid, &kv_split_backward_on_host<T, kPairs>, l.args);
+  launch_phased<KvSplitBackwardBody<T, kPairs>>(e, l.grid, l.args);
 }
 
 // Pick<T>::get(a...) with T the storage type of `dtype`.
@@ -56,7 +58,10 @@ struct PickKv {
 };
 template <class T>
 struct PickKvBackward {
-  static auto get(KvVariant v) { return kv_split_backward_body_for<T>(v); }
+  static auto get(KvVariant v) {
+    return v == KvVariant::vector ? &run_kv_split_backward_typed<T, kVectorPairs<T>>
+                                  : &run_kv_split_backward_typed<T, 1>;
+  }
 };
 
 template <class T>
@@ -82,7 +87,7 @@ void run_kv_split(const HostExecutor& e, const detail::KvSplitLaunch& l) {
 }
 
 void run_kv_split_backward(const HostExecutor& e, const detail::KvSplitBackwardLaunch& l) {
-  launch(e, l.grid, by_dtype<PickKvBackward>(l.dtype, l.variant), l.args);
+  by_dtype<PickKvBackward>(l.dtype, l.variant)(e, l);
 }
 
 void run_yarn(const HostExecutor& e, const detail::YarnLaunch& l) {

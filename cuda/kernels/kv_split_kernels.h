@@ -1,6 +1,7 @@
 // Kernel bodies of kv_split and kv_split_backward (SPEC.md §4). One block iteration per row;
 // the k_pe rope slice is rotated once per row (per pair chunk) and broadcast to every key head,
-// and the backward sums the heads in f32, in head order, before the adjoint rotation.
+// and the backward sums the heads in f32 (in kv_sum_groups' fixed order) before the adjoint
+// rotation.
 #pragma once
 
 #include <cstdint>
@@ -131,17 +132,39 @@ MLAROPE_HD MLAROPE_INLINE void add_pairs(PairChunk<kPairs>& sum, const PairChunk
   }
 }
 
-/// Sum over heads of pairs first .. first + kPairs - 1 of the key rope slices, in f32.
-template <class T, int kPairs>
-MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> head_sum(const KvSplitBackwardKernelArgs& a,
-                                                    const T* grad_key, std::int64_t first) {
-  const std::int64_t half_dim = a.emb_dim / 2;
-  PairChunk<kPairs> sum;
+/// Shared-memory slots of kv_split_backward's partial head sums (one per thread of a block).
+inline constexpr std::int64_t kKvSumSlots = 128;
+
+/// The order of kv_split_backward's f32 head sums, fixed by the call's shape so that every
+/// backend and run gives the same bits: the heads are dealt into G groups (group k: heads k,
+/// k + G, k + 2G, ..., summed in that order from 0), and the G partial sums are added in group
+/// order (group 0 first). G = min(heads, kKvSumSlots / chunks), at least 1 (chunks: pair
+/// chunks of a rope slice), so that chunks x G partial sums fit in a block's shared memory.
+MLAROPE_HD MLAROPE_INLINE std::int64_t kv_sum_groups(std::int64_t heads, std::int64_t chunks) {
+  const std::int64_t fit = kKvSumSlots / (chunks > 0 ? chunks : 1);
+  const std::int64_t n = fit < heads ? fit : heads;
+  return n < 1 ? 1 : n;
+}
+
+/// A chunk of zeros.
+template <int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> zero_pairs() {
+  PairChunk<kPairs> z;
   MLAROPE_SIMD
-  for (int j = 0; j < kPairs; ++j) sum.u[j] = sum.v[j] = 0.0f;
-  for (std::int64_t h = 0; h < a.heads; ++h) {
+  for (int j = 0; j < kPairs; ++j) z.u[j] = z.v[j] = 0.0f;
+  return z;
+}
+
+/// Group `group`'s partial sum of pairs first .. first + kPairs - 1 of the key rope slices:
+/// heads group, group + groups, ... in order, in f32.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> group_sum(const KvSplitBackwardKernelArgs& a,
+                                                     const T* grad_key, std::int64_t first,
+                                                     std::int64_t group, std::int64_t groups) {
+  PairChunk<kPairs> sum = zero_pairs<kPairs>();
+  for (std::int64_t h = group; h < a.heads; h += groups) {
     add_pairs(sum, load_pairs<T, kPairs>(grad_key + h * a.grad_key.head_stride + a.k_dim,
-                                         a.rotation.read_layout, half_dim, first));
+                                         a.rotation.read_layout, a.emb_dim / 2, first));
   }
   return sum;
 }
@@ -159,79 +182,138 @@ MLAROPE_HD MLAROPE_INLINE void store_grad_k_pe_chunk(const PairRotation& r, T* g
     store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
 }
 
-/// grad_k_pe of one row: the head sum of every pair chunk, rotated by the adjoint (or passed
-/// through unrotated), chunks c = first_chunk, first_chunk + step, ...
+/// kv_split_backward, a phased body (kernels/portability.h); a round per row. kPairs ==
+/// kVectorPairs<T>: vector accesses on the rope slices; 1: scalar. Phase 0: the grad_kv copies,
+/// the partial head sums (kv_sum_groups: chunks x groups work items, consecutive threads on
+/// consecutive chunks of one head, so a warp reads contiguous slices) into shared memory, and
+/// thread 0 plans the row (one cu_seqlens search per row). Phase 1: the partial sums added in
+/// group order, rotated by the adjoint (or passed through) into grad_k_pe. With one group
+/// (chunks > kKvSumSlots / 2, or one head) phase 1 sums the heads itself.
 template <class T, int kPairs>
-MLAROPE_HD MLAROPE_INLINE void grad_k_pe_chunks(const KvSplitBackwardKernelArgs& a, const T* grad_key,
-                                               T* grad_k_pe, const RowPlan& plan,
-                                               std::int64_t first_chunk, std::int64_t step) {
-  const PairRotation& r = a.rotation;
-  const std::int64_t half_dim = a.emb_dim / 2;
-  for (std::int64_t c = first_chunk; c < half_dim / kPairs; c += step) {
-    const std::int64_t first = c * kPairs;
-    store_grad_k_pe_chunk<T, kPairs>(r, grad_k_pe, plan, half_dim, first, head_sum<T, kPairs>(a, grad_key, first));
+struct KvSplitBackwardBody {
+  static constexpr int kPhases = 2;  // copies and partial sums; their addition and the store
+  struct Shared {
+    float u[kKvSumSlots][kPairs];
+    float v[kKvSumSlots][kPairs];
+    std::int64_t freq_row;  ///< the round's row plan, made by thread 0 in phase 0
+    std::int32_t rotate;
+  };
+
+  MLAROPE_HD static std::int64_t chunks(const KvSplitBackwardKernelArgs& a) {
+    return a.emb_dim / 2 / kPairs;
   }
-}
+  /// Rows of block g.block: g.block, g.block + num_blocks, ...
+  MLAROPE_HD static std::int64_t rounds(const KvSplitBackwardKernelArgs& a, const GridCoord& g) {
+    const std::int64_t rows = row_count(a.positions);
+    return g.block < rows ? (rows - 1 - g.block) / g.num_blocks + 1 : 0;
+  }
+
+  MLAROPE_HD static void phase(const KvSplitBackwardKernelArgs& a, const GridCoord& g,
+                               std::int64_t index, Shared& s) {
+    const PositionArgs& p = a.positions;
+    const std::int64_t row = g.block + (index / kPhases) * g.num_blocks;
+    const std::int64_t groups = kv_sum_groups(a.heads, chunks(a));
+    const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
+    if (index % kPhases == 0) {
+      copy_grad_kv_parts(a, grad_key, row_pointer<T>(a.grad_value, row, p.batch),
+                         row_pointer<T>(a.grad_kv, row, p.batch), g);
+      if (groups > 1) stage_partial_sums(a, g, grad_key, groups, s);
+      if (g.thread != 0) return;
+      const RowPlan plan = call_passes_through(p, g) ? RowPlan{} : plan_row(p, row, true);
+      shared_store(&s.freq_row, plan.freq_row);
+      shared_store(&s.rotate, plan.rotate ? 1 : 0);
+      return;
+    }
+    const RowPlan plan{shared_load(&s.freq_row), shared_load(&s.rotate) != 0};
+    T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
+    for (std::int64_t c = g.thread; c < chunks(a); c += g.num_threads) {
+      const PairChunk<kPairs> sum = groups > 1 ? added_partial_sums(a, c, groups, s)
+                                               : group_sum<T, kPairs>(a, grad_key, c * kPairs, 0, 1);
+      store_grad_k_pe_chunk<T, kPairs>(a.rotation, grad_k_pe, plan, a.emb_dim / 2, c * kPairs, sum);
+    }
+  }
+
+  /// Phase 0: partial sum n = group x chunks + chunk into slot n.
+  MLAROPE_HD static void stage_partial_sums(const KvSplitBackwardKernelArgs& a, const GridCoord& g,
+                                            const T* grad_key, std::int64_t groups, Shared& s) {
+    for (std::int64_t n = g.thread; n < groups * chunks(a); n += g.num_threads) {
+      const std::int64_t group = quotient(n, chunks(a));
+      const PairChunk<kPairs> x =
+          group_sum<T, kPairs>(a, grad_key, (n - group * chunks(a)) * kPairs, group, groups);
+      MLAROPE_UNROLL
+      for (int j = 0; j < kPairs; ++j) {
+        shared_store(&s.u[n][j], x.u[j]);
+        shared_store(&s.v[n][j], x.v[j]);
+      }
+    }
+  }
+
+  /// Phase 1: the head sum of chunk c, its groups' partial sums added in group order.
+  MLAROPE_HD static PairChunk<kPairs> added_partial_sums(const KvSplitBackwardKernelArgs& a,
+                                                         std::int64_t c, std::int64_t groups,
+                                                         Shared& s) {
+    PairChunk<kPairs> sum = slot(s, c);
+    for (std::int64_t group = 1; group < groups; ++group) add_pairs(sum, slot(s, group * chunks(a) + c));
+    return sum;
+  }
+
+  /// The partial sum in slot n.
+  MLAROPE_HD static PairChunk<kPairs> slot(Shared& s, std::int64_t n) {
+    PairChunk<kPairs> x;
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) {
+      x.u[j] = shared_load(&s.u[n][j]);
+      x.v[j] = shared_load(&s.v[n][j]);
+    }
+    return x;
+  }
+};
 
 #if !defined(__CUDA_ARCH__)
-/// The host's fast mode of kv_split_backward_body: thread 0 of each block takes the whole row
-/// in one pass over its heads (grad_kv = [grad_key k part, grad_value], two streaming copies a
-/// head, and the head's rope slice added to the sums), so every byte of grad_key is read once.
-/// The sums are the device path's (head_sum): f32 additions in head order, bit for bit.
+/// The host's fast mode of kv_split_backward (emb_dim <= kHostKvMaxEmbDim): thread 0 of each
+/// block takes the whole row in one pass over its heads (grad_kv = [grad_key k part,
+/// grad_value], two streaming copies a head, and the head's rope slice added to its group's
+/// partial sums), so every byte of grad_key is read once. The sums are KvSplitBackwardBody's,
+/// in kv_sum_groups' order, bit for bit.
 template <class T, int kPairs>
 inline void kv_split_backward_on_host(const KvSplitBackwardKernelArgs& a, const GridCoord& g) {
-  constexpr int kMaxChunks = static_cast<int>(kHostKvMaxEmbDim / 2 / kPairs);
+  constexpr std::int64_t kMaxChunks = kHostKvMaxEmbDim / 2 / kPairs;
+  constexpr std::int64_t kSlots = kMaxChunks > kKvSumSlots ? kMaxChunks : kKvSumSlots;
   if (g.thread != 0) return;
   const PositionArgs& p = a.positions;
   const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;
   const std::int64_t chunks = half_dim / kPairs;
+  const std::int64_t groups = kv_sum_groups(a.heads, chunks);
   const bool pass_all = call_passes_through(p, g);
   const std::size_t k_bytes = static_cast<std::size_t>(a.k_dim) * sizeof(T);
   const std::size_t v_bytes = static_cast<std::size_t>(a.v_dim) * sizeof(T);
-  PairChunk<kPairs> sum[kMaxChunks];
+  PairChunk<kPairs> partial[kSlots];  // group x chunks + chunk
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
     const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, true);
     const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
     const T* grad_value = row_pointer<T>(a.grad_value, row, p.batch);
     T* grad_kv = row_pointer<T>(a.grad_kv, row, p.batch);
-    for (std::int64_t c = 0; c < chunks; ++c)
-      for (int j = 0; j < kPairs; ++j) sum[c].u[j] = sum[c].v[j] = 0.0f;
-    for (std::int64_t h = 0; h < a.heads; ++h) {  // the views may be null when empty
+    for (std::int64_t n = 0; n < groups * chunks; ++n) partial[n] = zero_pairs<kPairs>();
+    for (std::int64_t h = 0, group = 0; h < a.heads; ++h) {  // the views may be null when empty
       const T* key_head = grad_key + h * a.grad_key.head_stride;
       T* kv_head = grad_kv + h * a.grad_kv.head_stride;
       host_stream_copy(kv_head, key_head, k_bytes);
       host_stream_copy(kv_head + a.k_dim, grad_value + h * a.grad_value.head_stride, v_bytes);
+      PairChunk<kPairs>* sums = partial + group * chunks;
       for (std::int64_t c = 0; c < chunks; ++c)
-        add_pairs(sum[c], load_pairs<T, kPairs>(key_head + a.k_dim, r.read_layout, half_dim, c * kPairs));
+        add_pairs(sums[c], load_pairs<T, kPairs>(key_head + a.k_dim, r.read_layout, half_dim, c * kPairs));
+      group = group + 1 == groups ? 0 : group + 1;
     }
     T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
-    for (std::int64_t c = 0; c < chunks; ++c)
-      store_grad_k_pe_chunk<T, kPairs>(r, grad_k_pe, plan, half_dim, c * kPairs, sum[c]);
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      PairChunk<kPairs> sum = partial[c];
+      for (std::int64_t group = 1; group < groups; ++group) add_pairs(sum, partial[group * chunks + c]);
+      store_grad_k_pe_chunk<T, kPairs>(r, grad_k_pe, plan, half_dim, c * kPairs, sum);
+    }
   }
   host_store_fence();
 }
 #endif
-
-/// kv_split_backward. One thread per pair chunk sums every head (deterministic order).
-template <class T, int kPairs>
-MLAROPE_HD inline void kv_split_backward_body(const KvSplitBackwardKernelArgs& a,
-                                              const GridCoord& g) {
-#if !defined(__CUDA_ARCH__)
-  if (!MLAROPE_DEVICE_PATHS() && a.emb_dim <= kHostKvMaxEmbDim)
-    return kv_split_backward_on_host<T, kPairs>(a, g);
-#endif
-  const PositionArgs& p = a.positions;
-  const bool pass_all = call_passes_through(p, g);
-  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
-    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
-    const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
-    const T* grad_value = row_pointer<T>(a.grad_value, row, p.batch);
-    T* grad_kv = row_pointer<T>(a.grad_kv, row, p.batch);
-    T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
-    copy_grad_kv_parts(a, grad_key, grad_value, grad_kv, g);
-    grad_k_pe_chunks<T, kPairs>(a, grad_key, grad_k_pe, plan, g.thread, g.num_threads);
-  }
-}
 
 }  // namespace mlarope::kernels

@@ -6,6 +6,7 @@
 
 #include "launch/dispatch.h"
 #include "mlarope/validate.h"
+#include "kernels/kv_split_kernels.h"
 #include "kernels/pair_rotation.h"
 #include "kernels/rope_kernels.h"
 
@@ -171,7 +172,8 @@ KvSplitBackwardLaunch make_kv_split_backward_launch(const KvSplitBackwardCall& c
   const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies =
       l.args.heads * (copy_items(a.k_dim, l.dtype) + copy_items(a.v_dim, l.dtype));
-  l.grid = row_grid(rows, std::max(chunks, copies), profile);
+  const std::int64_t partial_sums = chunks * kernels::kv_sum_groups(l.args.heads, chunks);
+  l.grid = row_grid(rows, std::max(partial_sums, copies), profile);
   return l;
 }
 

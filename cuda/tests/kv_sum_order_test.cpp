@@ -1,0 +1,165 @@
+// kv_split_backward's f32 head sums follow the one documented order (kv_sum_groups in
+// kernels/kv_split_kernels.h: heads dealt into G groups, each summed in head order, the
+// partial sums added in group order), bit for bit, in the host's fast mode and under the GPU
+// model (the device code path: partial sums in shared memory between two phases). The inputs
+// are chosen so that a different order (plain head order, groups added in another order)
+// gives different bits, and the tables are the identity (cos 1, sin 0), so grad_k_pe is the
+// sum itself.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <vector>
+
+#include "kernels/kv_split_kernels.h"
+#include "mlarope/backend.h"
+#include "mlarope/ops.h"
+
+namespace mlarope::test {
+namespace {
+
+constexpr std::int64_t kRows = 3, kHeads = 128, kK = 128, kV = 128, kEmb = 64;
+
+TEST(KvSumOrder, GroupsFollowTheDocumentedRule) {
+  EXPECT_EQ(kernels::kv_sum_groups(128, 8), 16);  // DeepSeek-V3 bf16: 8 chunks of 4 pairs
+  EXPECT_EQ(kernels::kv_sum_groups(128, 16), 8);  // f32: 16 chunks of 2 pairs
+  EXPECT_EQ(kernels::kv_sum_groups(3, 8), 3);     // at most one group per head
+  EXPECT_EQ(kernels::kv_sum_groups(128, 200), 1); // more chunks than slots: one group
+  EXPECT_EQ(kernels::kv_sum_groups(0, 8), 1);
+}
+
+// Values of every magnitude from 2^-12 to 2^12, either sign: f32 sums of them depend on order.
+std::vector<float> grad_key_values() {
+  std::vector<float> v(static_cast<std::size_t>(kRows * kHeads * (kK + kEmb)));
+  std::uint64_t state = 12345;
+  for (float& x : v) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const int exponent = static_cast<int>((state >> 33) % 25) - 12;
+    const float mantissa = 1.0f + static_cast<float>((state >> 40) & 0xffff) / 65536.0f;
+    x = std::ldexp((state >> 63) != 0 ? -mantissa : mantissa, exponent);
+  }
+  return v;
+}
+
+// Element k of row `row`'s rope slices summed in f32: heads dealt into `groups` groups, each
+// summed in head order from 0, the partial sums added in `group_order`.
+float grouped_sum(const std::vector<float>& g, std::int64_t row, std::int64_t k,
+                  std::int64_t groups, const std::vector<std::int64_t>& group_order) {
+  std::vector<float> partial(static_cast<std::size_t>(groups), 0.0f);
+  for (std::int64_t h = 0; h < kHeads; ++h)
+    partial[static_cast<std::size_t>(h % groups)] += g[static_cast<std::size_t>((row * kHeads + h) * (kK + kEmb) + kK + k)];
+  float sum = partial[static_cast<std::size_t>(group_order[0])];
+  for (std::size_t i = 1; i < group_order.size(); ++i) sum += partial[static_cast<std::size_t>(group_order[i])];
+  return sum;
+}
+
+std::vector<std::int64_t> ascending(std::int64_t n) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  return order;
+}
+
+// n floats whose first is 256-byte aligned (like cudaMalloc's), so that the GPU model's
+// sector counts do not depend on where malloc put them.
+class AlignedFloats {
+ public:
+  AlignedFloats(std::size_t n, float value) : storage_(n + 64, value) {
+    const auto address = reinterpret_cast<std::uintptr_t>(storage_.data());
+    data_ = storage_.data() + ((256 - address % 256) % 256) / sizeof(float);
+  }
+  float* data() { return data_; }
+
+ private:
+  std::vector<float> storage_;
+  float* data_;
+};
+
+// grad_k_pe of kv_split_backward (SBHD [kRows, 1, H, ...], activations of `dtype`, f32
+// identity tables) on `stream`, as floats.
+std::vector<float> grad_k_pe_on(Stream& stream, const std::vector<float>& grad_key_values,
+                                DType dtype = DType::f32) {
+  const bool bf16 = dtype == DType::bf16;
+  AlignedFloats grad_key(grad_key_values.size(), 0.0f);
+  for (std::size_t i = 0; i < grad_key_values.size(); ++i) {
+    if (bf16) reinterpret_cast<std::uint16_t*>(grad_key.data())[i] = kernels::float_to_bf16(grad_key_values[i]);
+    else grad_key.data()[i] = grad_key_values[i];
+  }
+  AlignedFloats grad_value(static_cast<std::size_t>(kRows * kHeads * kV), 0.0f);
+  AlignedFloats grad_kv(static_cast<std::size_t>(kRows * kHeads * (kK + kV)), 0.0f);
+  AlignedFloats grad_k_pe(static_cast<std::size_t>(kRows * kEmb), 0.0f);
+  AlignedFloats cos(static_cast<std::size_t>(kRows * kEmb), 1.0f), sin(static_cast<std::size_t>(kRows * kEmb), 0.0f);
+  KvSplitBackwardCall c;
+  c.grad_key = contiguous_view<const void>(grad_key.data(), dtype, {kRows, 1, kHeads, kK + kEmb});
+  c.grad_value = contiguous_view<const void>(grad_value.data(), dtype, {kRows, 1, kHeads, kV});
+  c.grad_kv = contiguous_view<void>(grad_kv.data(), dtype, {kRows, 1, kHeads, kK + kV});
+  c.grad_k_pe = contiguous_view<void>(grad_k_pe.data(), dtype, {kRows, 1, 1, kEmb});
+  c.args.k_dim = kK;
+  c.args.v_dim = kV;
+  c.args.emb_dim = kEmb;
+  c.args.rotation.in_layout = c.args.rotation.out_layout = PairLayout::half;
+  c.args.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {kRows, kEmb});
+  c.args.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {kRows, kEmb});
+  kv_split_backward(c, stream);
+  stream.synchronize();
+  std::vector<float> out(static_cast<std::size_t>(kRows * kEmb));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = bf16 ? kernels::bf16_to_float(reinterpret_cast<const std::uint16_t*>(grad_k_pe.data())[i])
+                  : grad_k_pe.data()[i];
+  return out;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Elements of `got` whose bits differ from the sums in `order` with `groups` groups.
+int mismatches(const std::vector<float>& got, const std::vector<float>& grad_key, std::int64_t groups,
+               const std::vector<std::int64_t>& order) {
+  int n = 0;
+  for (std::int64_t row = 0; row < kRows; ++row)
+    for (std::int64_t k = 0; k < kEmb; ++k)
+      n += same_bits(got[static_cast<std::size_t>(row * kEmb + k)], grouped_sum(grad_key, row, k, groups, order)) ? 0 : 1;
+  return n;
+}
+
+TEST(KvSumOrder, GradKPeIsTheGroupedSumBitForBitInBothHostModes) {
+  const std::vector<float> grad_key = grad_key_values();
+  const std::int64_t groups = kernels::kv_sum_groups(kHeads, kEmb / 2 / kernels::kVectorPairs<float>);
+  ASSERT_EQ(groups, 8);
+  std::vector<std::int64_t> reversed = ascending(groups);
+  std::reverse(reversed.begin(), reversed.end());
+  // The inputs tell the orders apart: head order, and the groups added backwards, differ.
+  const int head_order = [&] {
+    Stream s = Stream::host({1, 2, false});
+    return mismatches(grad_k_pe_on(s, grad_key), grad_key, 1, ascending(1));
+  }();
+  EXPECT_GT(head_order, 10) << "the inputs should make head order and grouped order differ";
+  for (bool gpu_model : {false, true}) {
+    SCOPED_TRACE(gpu_model ? "GPU model" : "fast mode");
+    Stream s = Stream::host({1, 2, gpu_model});
+    const std::vector<float> got = grad_k_pe_on(s, grad_key);
+    EXPECT_EQ(mismatches(got, grad_key, groups, ascending(groups)), 0);
+    EXPECT_GT(mismatches(got, grad_key, groups, reversed), 10);
+  }
+}
+
+// Consecutive threads take consecutive chunks of one head, so a warp reads whole slices; in
+// bf16 (chunks of 8 bytes per half) dealing the heads to consecutive threads instead would
+// use half of each sector (0.90 over the launch).
+TEST(KvSumOrder, TheGpuModelSeesCoalescedPartialSums) {
+  const std::vector<float> grad_key = grad_key_values();
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Stream s = Stream::host({1, 1, true});
+    grad_k_pe_on(s, grad_key, dtype);
+    const std::vector<ModelLaunchStats> stats = take_model_stats(s);
+    ASSERT_EQ(stats.size(), 1u);
+    std::cout << "  " << stats[0].kernel << ": sector efficiency " << stats[0].sector_efficiency()
+              << ", DRAM " << stats[0].dram_bytes << " bytes\n";
+    EXPECT_EQ(stats[0].kernel, std::string("kv_split_backward/vector/") + (dtype == DType::f32 ? "f32" : "bf16"));
+    EXPECT_GE(stats[0].sector_efficiency(), 0.99);
+  }
+}
+
+}  // namespace
+}  // namespace mlarope::test
