@@ -12,25 +12,10 @@ namespace {
 
 using detail::StreamImpl;
 
-// THD: zero the call's scratch word (the stream's, or its own in a capture), then let the
-// check kernel OR the cu_seqlens bits into it (and into the caller's word); the main kernel
-// reads it. SBHD: nothing.
-void prepare_positions(StreamImpl& stream, kernels::PositionArgs& positions) {
-  if (positions.layout != TokenLayout::thd) return;
-  DeviceStatus* const scratch = stream.take_scratch_status();
-  positions.cu_check = scratch;
-  stream.clear_scratch_status(scratch);
-  detail::CuSeqlensCheckLaunch check =
-      detail::make_cu_seqlens_check_launch(positions, stream.profile());
-  check.args.cu_check = scratch;
-  stream.launch(check);
-}
-
 // Enqueue a launch descriptor whose grid may be empty (zero rows or heads: a no-op).
 template <class Launch>
 void enqueue(StreamImpl& stream, Launch launch) {
   if (launch.grid.blocks == 0 || launch.grid.threads == 0) return;
-  prepare_positions(stream, launch.args.positions);
   stream.launch(launch);
 }
 

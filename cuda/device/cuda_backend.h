@@ -13,8 +13,7 @@ namespace mlarope::detail::cuda {
 
 /// True when a CUDA device can be used.
 bool device_available();
-/// A new CUDA stream with its scratch status word; throws mlarope::Error (and leaks nothing)
-/// when the stream or its memory cannot be had.
+/// A new CUDA stream; throws mlarope::Error (and leaks nothing) when it cannot be had.
 std::unique_ptr<StreamImpl> make_stream();
 /// Bytes of device memory free now (cudaMemGetInfo).
 std::size_t free_memory();

@@ -8,13 +8,16 @@ namespace mlarope::cuda_launch {
 /// Threads per block the kernels are compiled for (LaunchProfile::max_threads of CUDA).
 inline constexpr int kMaxThreadsPerBlock = 128;
 
-/// Register cap of the chunked rope kernels: ptxas's own choice for __launch_bounds__(128)
-/// (64 registers) spilled 10 bytes in the f16 fast path; 72 keeps every variant spill free
-/// at 7 blocks of 128 threads per SM.
+/// Register cap of the rope and kv_split_backward kernels (every kernel is a RowRounds body,
+/// whose phase loop keeps more values live). ptxas's own choice for __launch_bounds__(128)
+/// spilled in the f16 instances (the branchy f32 -> f16 rounding), and so did a cap of 72;
+/// at 80 (6 blocks of 128 threads per SM) only kv_split_backward<f32, 2> spills, 4 bytes. A
+/// higher cap does not help: at 96 ptxas keeps more in flight and the scalar instances spill
+/// 8 bytes. Instances that need fewer registers use fewer.
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12040
-#define MLAROPE_CHUNKED_KERNEL_BOUNDS __maxnreg__(72)
+#define MLAROPE_REGISTER_CAP(registers) __maxnreg__(registers)
 #else
-#define MLAROPE_CHUNKED_KERNEL_BOUNDS __launch_bounds__(128)
+#define MLAROPE_REGISTER_CAP(registers) __launch_bounds__(128)
 #endif
 
 /// Where the calling thread is in a one-dimensional grid.

@@ -1,5 +1,5 @@
-// kv_split and kv_split_backward as CUDA kernels: the bodies of kv_split_kernels.h, one
-// __global__ per (dtype, variant): 2 x 3 x 2 instantiations.
+// kv_split and kv_split_backward as CUDA kernels: the RowRounds bodies of kv_split_kernels.h,
+// one __global__ per (dtype, variant): 2 x 3 x 2 instantiations.
 #include "device/cuda_grid.cuh"
 #include "device/cuda_launch.h"
 #include "kernels/kv_split_kernels.h"
@@ -12,13 +12,12 @@ using detail::KvVariant;
 
 template <class T, int kPairs>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock) kv_split_kernel(const KvSplitKernelArgs a) {
-  kv_split_body<T, kPairs>(a, grid_coord());
+  run_phases<RowRounds<KvSplitRows<T, kPairs>>>(a, grid_coord());
 }
 
 template <class T, int kPairs>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock)
-    kv_split_backward_kernel(const KvSplitBackwardKernelArgs a) {
-  run_phases<KvSplitBackwardBody<T, kPairs>>(a, grid_coord());
+__global__ void MLAROPE_REGISTER_CAP(80) kv_split_backward_kernel(const KvSplitBackwardKernelArgs a) {
+  run_phases<RowRounds<KvSplitBackwardRows<T, kPairs>>>(a, grid_coord());
 }
 
 template <class T>

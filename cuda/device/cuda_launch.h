@@ -13,6 +13,5 @@ void launch(const detail::RopeLaunch& l, cudaStream_t stream);
 void launch(const detail::KvSplitLaunch& l, cudaStream_t stream);
 void launch(const detail::KvSplitBackwardLaunch& l, cudaStream_t stream);
 void launch(const detail::YarnLaunch& l, cudaStream_t stream);
-void launch(const detail::CuSeqlensCheckLaunch& l, cudaStream_t stream);
 
 }  // namespace mlarope::cuda_launch

@@ -1,7 +1,6 @@
-// yarn_tables and the THD cu_seqlens check as CUDA kernels.
+// yarn_tables as a CUDA kernel.
 #include "device/cuda_grid.cuh"
 #include "device/cuda_launch.h"
-#include "kernels/freq_row.h"
 #include "kernels/yarn_kernels.h"
 
 namespace mlarope::cuda_launch {
@@ -13,19 +12,10 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) yarn_tables_kernel(const 
   yarn_tables_body(a, grid_coord());
 }
 
-__global__ void __launch_bounds__(kMaxThreadsPerBlock)
-    cu_seqlens_check_kernel(const CuSeqlensCheckArgs a) {
-  cu_seqlens_check_body(a, grid_coord());
-}
-
 }  // namespace
 
 void launch(const detail::YarnLaunch& l, cudaStream_t stream) {
   yarn_tables_kernel<<<blocks_of(l.grid), threads_of(l.grid), 0, stream>>>(l.args);
-}
-
-void launch(const detail::CuSeqlensCheckLaunch& l, cudaStream_t stream) {
-  cu_seqlens_check_kernel<<<blocks_of(l.grid), threads_of(l.grid), 0, stream>>>(l.args);
 }
 
 }  // namespace mlarope::cuda_launch

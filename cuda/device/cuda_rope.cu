@@ -1,5 +1,5 @@
-// rope and rope_backward as CUDA kernels: the bodies of rope_kernels.h, one __global__ per
-// (dtype, variant): 3 x 4 instantiations.
+// rope and rope_backward as CUDA kernels: the RowRounds bodies of rope_kernels.h, one
+// __global__ per (dtype, variant): 3 x 4 instantiations.
 #include "device/cuda_grid.cuh"
 #include "device/cuda_launch.h"
 #include "kernels/rope_kernels.h"
@@ -10,21 +10,9 @@ namespace {
 using namespace mlarope::kernels;
 using detail::RopeVariant;
 
-template <class T, int kPairs>
-__global__ void MLAROPE_CHUNKED_KERNEL_BOUNDS rope_chunked_kernel(const RopeKernelArgs a) {
-  rope_chunked_body<T, kPairs>(a, grid_coord());
-}
-
-// The chunked kernels' register cap: at ptxas's 64 the bf16 instance spilled 24 bytes.
-template <class T>
-__global__ void MLAROPE_CHUNKED_KERNEL_BOUNDS rope_staged_kernel(const RopeKernelArgs a) {
-  run_phases<RopeStagedBody<T>>(a, grid_coord());
-}
-
-template <class T>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock)
-    rope_whole_slice_scalar_kernel(const RopeKernelArgs a) {
-  rope_whole_slice_scalar_body<T>(a, grid_coord());
+template <class Work>
+__global__ void MLAROPE_REGISTER_CAP(80) rope_kernel(const RopeKernelArgs a) {
+  run_phases<RowRounds<Work>>(a, grid_coord());
 }
 
 template <class T>
@@ -32,16 +20,16 @@ void launch_typed(const detail::RopeLaunch& l, cudaStream_t stream) {
   const dim3 blocks = blocks_of(l.grid), threads = threads_of(l.grid);
   switch (l.variant) {
     case RopeVariant::chunked_vector:
-      rope_chunked_kernel<T, kVectorPairs<T>><<<blocks, threads, 0, stream>>>(l.args);
+      rope_kernel<RopeChunkedRows<T, kVectorPairs<T>>><<<blocks, threads, 0, stream>>>(l.args);
       break;
     case RopeVariant::chunked_scalar:
-      rope_chunked_kernel<T, 1><<<blocks, threads, 0, stream>>>(l.args);
+      rope_kernel<RopeChunkedRows<T, 1>><<<blocks, threads, 0, stream>>>(l.args);
       break;
     case RopeVariant::staged_vector:
-      rope_staged_kernel<T><<<blocks, threads, 0, stream>>>(l.args);
+      rope_kernel<RopeStagedRounds<T>><<<blocks, threads, 0, stream>>>(l.args);
       break;
     case RopeVariant::whole_slice_scalar:
-      rope_whole_slice_scalar_kernel<T><<<blocks, threads, 0, stream>>>(l.args);
+      rope_kernel<RopeWholeSliceRows<T>><<<blocks, threads, 0, stream>>>(l.args);
       break;
   }
 }

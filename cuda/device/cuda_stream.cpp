@@ -8,20 +8,10 @@
 #include "device/cuda_backend.h"
 #include "device/cuda_launch.h"
 #include "device/cuda_owners.h"
-#include "launch/scratch_arena.h"
 #include "mlarope/error.h"
 
 namespace mlarope::detail::cuda {
 namespace {
-
-// Device memory for the scratch words of a capture (allocate may run while capturing).
-DeviceStatus* allocate_words(std::size_t words) {
-  RelaxedCaptureMode relaxed;
-  void* p = nullptr;
-  check(cudaMalloc(&p, words * sizeof(DeviceStatus)), "cudaMalloc(capture scratch)");
-  return static_cast<DeviceStatus*>(p);
-}
-void release_words(DeviceStatus* block) noexcept { DeviceMemoryOwner::deleter_type{}(block); }
 
 StreamOwner create_stream() {
   cudaStream_t s = nullptr;
@@ -43,14 +33,9 @@ EventOwner create_event() {
 
 class CudaStream final : public StreamImpl {
  public:
-  CudaStream()
-      : stream_(create_stream()),
-        scratch_(allocate_owned(sizeof(DeviceStatus), "cudaMalloc(scratch status)")) {
-    check(cudaMemsetAsync(scratch_.get(), 0, sizeof(DeviceStatus), stream_.get()),
-          "cudaMemset(scratch)");
-  }
+  CudaStream() : stream_(create_stream()) {}
   // NOTE: first end a capture in progress (synchronizing a capturing stream is illegal), then
-  // wait for the eager work that uses the scratch word; the owners free the rest.
+  // wait for the eager work; the owner destroys the stream.
   ~CudaStream() override {
     discard_capture();
     RelaxedCaptureMode relaxed;
@@ -61,13 +46,6 @@ class CudaStream final : public StreamImpl {
 
   BackendKind kind() const override { return BackendKind::cuda; }
   LaunchProfile profile() const override { return cuda_launch_profile(); }
-  DeviceStatus* take_scratch_status() override {
-    return capture_scratch_ ? capture_scratch_->take() : static_cast<DeviceStatus*>(scratch_.get());
-  }
-  void clear_scratch_status(DeviceStatus* word) override {
-    check(cudaMemsetAsync(word, 0, sizeof(DeviceStatus), stream_.get()), "cudaMemsetAsync");
-  }
-  void launch(const CuSeqlensCheckLaunch& l) override { run(l); }
   void launch(const RopeLaunch& l) override { run(l); }
   void launch(const KvSplitLaunch& l) override { run(l); }
   void launch(const KvSplitBackwardLaunch& l) override { run(l); }
@@ -75,7 +53,7 @@ class CudaStream final : public StreamImpl {
   void synchronize() override { check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize"); }
   void begin_capture() override;
   std::unique_ptr<GraphImpl> end_capture() override;
-  bool capturing() const override { return capture_scratch_ != nullptr; }
+  bool capturing() const override { return capturing_; }
   void* native_handle() const override { return static_cast<void*>(stream_.get()); }
 
   /// The CUDA stream.
@@ -91,18 +69,16 @@ class CudaStream final : public StreamImpl {
   void discard_capture() noexcept;
 
   StreamOwner stream_;
-  DeviceMemoryOwner scratch_;  ///< the eager THD calls' status word
-  std::unique_ptr<ScratchArena> capture_scratch_;  ///< while capturing: the captured calls' words
+  bool capturing_ = false;
 };
 
-// An instantiated graph and the scratch words its nodes use. CUDA runs the launches of one
-// graph one after the other; launching it is not thread-safe, hence the mutex.
+// An instantiated graph. CUDA runs the launches of one graph one after the other; launching it
+// is not thread-safe, hence the mutex.
 class CudaGraph final : public GraphImpl {
  public:
-  CudaGraph(std::unique_ptr<ScratchArena> scratch, GraphOwner graph, GraphExecOwner exec)
-      : scratch_(std::move(scratch)), graph_(std::move(graph)), exec_(std::move(exec)),
-        last_replay_(create_event()) {}
-  // NOTE: the scratch words are freed last, after the last replay ended.
+  CudaGraph(GraphOwner graph, GraphExecOwner exec)
+      : graph_(std::move(graph)), exec_(std::move(exec)), last_replay_(create_event()) {}
+  // NOTE: the graph is destroyed only after its last replay ended.
   ~CudaGraph() override {
     RelaxedCaptureMode relaxed;
     cudaEventSynchronize(last_replay_.get());
@@ -119,7 +95,6 @@ class CudaGraph final : public GraphImpl {
   }
 
  private:
-  std::unique_ptr<ScratchArena> scratch_;
   GraphOwner graph_;
   GraphExecOwner exec_;
   EventOwner last_replay_;
@@ -128,20 +103,19 @@ class CudaGraph final : public GraphImpl {
 
 void CudaStream::begin_capture() {
   if (capturing()) throw Error("begin_capture: the stream is already capturing");
-  auto scratch = std::make_unique<ScratchArena>(allocate_words, release_words);
   check(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), "begin_capture");
-  capture_scratch_ = std::move(scratch);
+  capturing_ = true;
 }
 
 std::unique_ptr<GraphImpl> CudaStream::end_capture() {
   if (!capturing()) throw Error("end_capture: the stream is not capturing");
-  std::unique_ptr<ScratchArena> scratch = std::move(capture_scratch_);
+  capturing_ = false;
   cudaGraph_t captured = nullptr;
   check(cudaStreamEndCapture(stream_.get(), &captured), "end_capture");
   GraphOwner graph(captured);
   cudaGraphExec_t exec = nullptr;
   check(cudaGraphInstantiate(&exec, graph.get(), 0), "cudaGraphInstantiate");
-  return std::make_unique<CudaGraph>(std::move(scratch), std::move(graph), GraphExecOwner(exec));
+  return std::make_unique<CudaGraph>(std::move(graph), GraphExecOwner(exec));
 }
 
 void CudaStream::discard_capture() noexcept {
@@ -150,7 +124,7 @@ void CudaStream::discard_capture() noexcept {
   cudaStreamEndCapture(stream_.get(), &captured);  // fails for an invalidated capture: no graph
   GraphOwner dropped(captured);
   cudaGetLastError();  // the capture's error, if any, is not the next call's
-  capture_scratch_.reset();
+  capturing_ = false;
 }
 
 }  // namespace

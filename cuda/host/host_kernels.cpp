@@ -13,29 +13,40 @@ using namespace mlarope::kernels;
 using detail::KvVariant;
 using detail::RopeVariant;
 
+// Each family runs the host's fast branch in fast mode where it covers the call (slices it can
+// hold), else its RowRounds body, with the barriers as phases (always under the GPU model).
+
 template <class T>
-void (*rope_body(RopeVariant v))(const RopeKernelArgs&, const GridCoord&) {
-  switch (v) {
-    case RopeVariant::chunked_vector: return &rope_chunked_body<T, kVectorPairs<T>>;
-    case RopeVariant::chunked_scalar: return &rope_chunked_body<T, 1>;
-    case RopeVariant::staged_vector: return &rope_on_host<T, kVectorPairs<T>>;  // the fast mode
-    case RopeVariant::whole_slice_scalar: return &rope_whole_slice_scalar_body<T>;
+void run_rope_typed(const HostExecutor& e, const detail::RopeLaunch& l) {
+  constexpr int kVector = kVectorPairs<T>;
+  const bool scalar =
+      l.variant == RopeVariant::chunked_scalar || l.variant == RopeVariant::whole_slice_scalar;
+  if (rope_runs_on_host(l.args))
+    return launch(e, l.grid, scalar ? &rope_on_host<T, 1> : &rope_on_host<T, kVector>, l.args);
+  switch (l.variant) {
+    case RopeVariant::chunked_vector:
+      return launch_phased<RowRounds<RopeChunkedRows<T, kVector>>>(e, l.grid, l.args);
+    case RopeVariant::chunked_scalar:
+      return launch_phased<RowRounds<RopeChunkedRows<T, 1>>>(e, l.grid, l.args);
+    case RopeVariant::staged_vector:
+      return launch_phased<RowRounds<RopeStagedRounds<T>>>(e, l.grid, l.args);
+    case RopeVariant::whole_slice_scalar:
+      return launch_phased<RowRounds<RopeWholeSliceRows<T>>>(e, l.grid, l.args);
   }
-  return nullptr;
 }
 
-template <class T>
-void (*kv_split_body_for(KvVariant v))(const KvSplitKernelArgs&, const GridCoord&) {
-  return v == KvVariant::vector ? &kv_split_body<T, kVectorPairs<T>> : &kv_split_body<T, 1>;
+template <class T, int kPairs>
+void run_kv_split_typed(const HostExecutor& e, const detail::KvSplitLaunch& l) {
+  if (!MLAROPE_DEVICE_PATHS() && l.args.emb_dim <= kHostKvMaxEmbDim)
+    return launch(e, l.grid, &kv_split_on_host<T, kPairs>, l.args);
+  launch_phased<RowRounds<KvSplitRows<T, kPairs>>>(e, l.grid, l.args);
 }
 
-// kv_split_backward of dtype T, variant v: the host's fast branch in fast mode (emb_dim <=
-// kHostKvMaxEmbDim), else the phased body (its barriers as phases).
 template <class T, int kPairs>
 void run_kv_split_backward_typed(const HostExecutor& e, const detail::KvSplitBackwardLaunch& l) {
   if (!MLAROPE_DEVICE_PATHS() && l.args.emb_dim <= kHostKvMaxEmbDim)
     return launch(e, l.grid, &kv_split_backward_on_host<T, kPairs>, l.args);
-  launch_phased<KvSplitBackwardBody<T, kPairs>>(e, l.grid, l.args);
+  launch_phased<RowRounds<KvSplitBackwardRows<T, kPairs>>>(e, l.grid, l.args);
 }
 
 // Pick<T>::get(a...) with T the storage type of `dtype`.
@@ -50,11 +61,13 @@ auto by_dtype(DType dtype, A... a) {
 
 template <class T>
 struct PickRope {
-  static auto get(RopeVariant v) { return rope_body<T>(v); }
+  static auto get() { return &run_rope_typed<T>; }
 };
 template <class T>
 struct PickKv {
-  static auto get(KvVariant v) { return kv_split_body_for<T>(v); }
+  static auto get(KvVariant v) {
+    return v == KvVariant::vector ? &run_kv_split_typed<T, kVectorPairs<T>> : &run_kv_split_typed<T, 1>;
+  }
 };
 template <class T>
 struct PickKvBackward {
@@ -64,26 +77,10 @@ struct PickKvBackward {
   }
 };
 
-template <class T>
-void run_staged(const HostExecutor& e, const detail::RopeLaunch& l) {
-  launch_phased<RopeStagedBody<T>>(e, l.grid, l.args);
-}
-
-template <class T>
-struct PickStaged {
-  static auto get() { return &run_staged<T>; }
-};
-
-void run_rope(const HostExecutor& e, const detail::RopeLaunch& l) {
-  // The staged body's barriers run as phases under the GPU model; the fast mode runs the
-  // host's own branch, which needs none.
-  if (l.variant == RopeVariant::staged_vector && MLAROPE_DEVICE_PATHS())
-    return by_dtype<PickStaged>(l.dtype)(e, l);
-  launch(e, l.grid, by_dtype<PickRope>(l.dtype, l.variant), l.args);
-}
+void run_rope(const HostExecutor& e, const detail::RopeLaunch& l) { by_dtype<PickRope>(l.dtype)(e, l); }
 
 void run_kv_split(const HostExecutor& e, const detail::KvSplitLaunch& l) {
-  launch(e, l.grid, by_dtype<PickKv>(l.dtype, l.variant), l.args);
+  by_dtype<PickKv>(l.dtype, l.variant)(e, l);
 }
 
 void run_kv_split_backward(const HostExecutor& e, const detail::KvSplitBackwardLaunch& l) {
@@ -94,15 +91,10 @@ void run_yarn(const HostExecutor& e, const detail::YarnLaunch& l) {
   launch(e, l.grid, &yarn_tables_body, l.args);
 }
 
-void run_cu_seqlens_check(const HostExecutor& e, const detail::CuSeqlensCheckLaunch& l) {
-  launch(e, l.grid, &cu_seqlens_check_body, l.args);
-}
-
 }  // namespace
 
 const KernelTable& kernel_table() {
-  static const KernelTable table{&run_rope, &run_kv_split, &run_kv_split_backward, &run_yarn,
-                                 &run_cu_seqlens_check};
+  static const KernelTable table{&run_rope, &run_kv_split, &run_kv_split_backward, &run_yarn};
   return table;
 }
 

@@ -15,7 +15,6 @@ struct KernelTable {
   void (*kv_split)(const HostExecutor& executor, const detail::KvSplitLaunch& l);
   void (*kv_split_backward)(const HostExecutor& executor, const detail::KvSplitBackwardLaunch& l);
   void (*yarn)(const HostExecutor& executor, const detail::YarnLaunch& l);
-  void (*cu_seqlens_check)(const HostExecutor& executor, const detail::CuSeqlensCheckLaunch& l);
 };
 
 /// The production kernel bodies (cuda/kernels/).

@@ -26,18 +26,13 @@ std::string kernel_name(const char* op, const char* variant, DType dtype) {
   return std::string(op) + "/" + variant + "/" + std::string(to_string(dtype));
 }
 
-// Host memory for the scratch words of a capture.
-DeviceStatus* allocate_words(std::size_t words) { return new DeviceStatus[words]; }
-void release_words(DeviceStatus* block) noexcept { delete[] block; }
-
 }  // namespace
 
 HostStream::HostStream(const HostStreamOptions& options, const KernelTable& kernels)
     : executor_(options.seed, options.threads),
       kernels_(&kernels),
       gpu_model_(options.gpu_model),
-      model_stats_(std::make_shared<std::vector<kernels::gpu_model::LaunchStats>>()),
-      scratch_(std::make_unique<Scratch>()) {}
+      model_stats_(std::make_shared<std::vector<kernels::gpu_model::LaunchStats>>()) {}
 
 void HostStream::set_footprint(const detail::Footprint& footprint) { footprint_ = footprint; }
 
@@ -58,6 +53,7 @@ detail::LaunchProfile HostStream::profile() const {
   p.thread_granularity = 1;
   p.min_work_per_thread = 256;
   p.max_blocks = std::int64_t{1} << 20;
+  p.max_thd_blocks = 256;  // the fast branches' thread 0 checks all of cu_seqlens per block
   return p;
 }
 
@@ -66,19 +62,6 @@ void HostStream::submit(Operation op) {
   else op(executor_);
 }
 
-DeviceStatus* HostStream::take_scratch_status() {
-  DeviceStatus* word = capturing_ ? capture_scratch_->take() : &scratch_->word;
-  footprint_.add_status("scratch", word);  // the cu_seqlens check's word
-  return word;
-}
-
-void HostStream::clear_scratch_status(DeviceStatus* word) {
-  submit([word](const HostExecutor&) { *word = kStatusOk; });
-}
-
-void HostStream::launch(const detail::CuSeqlensCheckLaunch& l) {
-  submit_launch("cu_seqlens_check", kernels_->cu_seqlens_check, l);
-}
 void HostStream::launch(const detail::RopeLaunch& l) {
   const char* op = l.args.rotation.adjoint ? "rope_backward" : "rope";
   submit_launch(kernel_name(op, variant_name(l.variant), l.dtype), kernels_->rope, l);
@@ -96,7 +79,6 @@ void HostStream::launch(const detail::YarnLaunch& l) {
 
 void HostStream::begin_capture() {
   if (capturing_) throw Error("begin_capture: the stream is already capturing");
-  capture_scratch_ = std::make_unique<detail::ScratchArena>(allocate_words, release_words);
   capturing_ = true;
   recorded_.clear();
 }
@@ -104,7 +86,7 @@ void HostStream::begin_capture() {
 std::unique_ptr<detail::GraphImpl> HostStream::end_capture() {
   if (!capturing_) throw Error("end_capture: the stream is not capturing");
   capturing_ = false;
-  return std::make_unique<HostGraph>(std::exchange(recorded_, {}), std::move(capture_scratch_));
+  return std::make_unique<HostGraph>(std::exchange(recorded_, {}));
 }
 
 void HostGraph::replay(detail::StreamImpl& stream) {

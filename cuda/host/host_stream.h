@@ -13,7 +13,6 @@
 #include "host/host_executor.h"
 #include "host/gpu_model.h"
 #include "host/host_kernels.h"
-#include "launch/scratch_arena.h"
 #include "launch/stream_impl.h"
 
 namespace mlarope::host {
@@ -31,9 +30,6 @@ class HostStream : public detail::StreamImpl {
 
   BackendKind kind() const override { return BackendKind::host; }
   detail::LaunchProfile profile() const override;
-  DeviceStatus* take_scratch_status() override;
-  void clear_scratch_status(DeviceStatus* word) override;
-  void launch(const detail::CuSeqlensCheckLaunch& l) override;
   void launch(const detail::RopeLaunch& l) override;
   void launch(const detail::KvSplitLaunch& l) override;
   void launch(const detail::KvSplitBackwardLaunch& l) override;
@@ -63,19 +59,13 @@ class HostStream : public detail::StreamImpl {
                      const Launch& l, int repeats = 1);
 
  private:
-  struct alignas(64) Scratch {
-    DeviceStatus word = 0;
-  };
-
   HostExecutor executor_;
   const KernelTable* kernels_;
   bool gpu_model_ = false;
   detail::Footprint footprint_;
   std::shared_ptr<std::vector<kernels::gpu_model::LaunchStats>> model_stats_;
-  std::unique_ptr<Scratch> scratch_;
   bool capturing_ = false;
   std::vector<Operation> recorded_;
-  std::unique_ptr<detail::ScratchArena> capture_scratch_;  ///< the words of the captured calls
 };
 
 /// Throws mlarope::Error listing what the GPU model found in a launch (if anything).
@@ -101,18 +91,16 @@ void HostStream::submit_launch(std::string kernel, void (*run)(const HostExecuto
   });
 }
 
-/// Launches recorded by a HostStream, and the scratch words they use.
+/// Launches recorded by a HostStream.
 class HostGraph final : public detail::GraphImpl {
  public:
-  /// A graph of `operations`, in order, which refer to words of `scratch`.
-  HostGraph(std::vector<HostStream::Operation> operations,
-            std::unique_ptr<detail::ScratchArena> scratch)
-      : operations_(std::move(operations)), scratch_(std::move(scratch)) {}
+  /// A graph of `operations`, in order.
+  explicit HostGraph(std::vector<HostStream::Operation> operations)
+      : operations_(std::move(operations)) {}
   void replay(detail::StreamImpl& stream) override;
 
  private:
   std::vector<HostStream::Operation> operations_;
-  std::unique_ptr<detail::ScratchArena> scratch_;
   std::mutex replaying_;  ///< one replay at a time, like the launches of one CUDA graph
 };
 

@@ -15,6 +15,11 @@ struct RowPlan {
   bool rotate = false;
 };
 
+/// Rows of a call.
+MLAROPE_HD MLAROPE_INLINE std::int64_t row_count(const PositionArgs& p) {
+  return p.seq_len * p.batch;
+}
+
 /// CP position of local position `lp` in a local sequence of length `len` (SPEC.md §2).
 MLAROPE_HD MLAROPE_INLINE std::int64_t cp_pos(std::int64_t lp, std::int64_t len,
                                              std::int64_t cp_size, std::int64_t cp_rank) {
@@ -45,8 +50,8 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t local_start(const PositionArgs& p, std::i
 
 /// The sequence of THD row r: the largest i in [0, N] with local_start(i) <= r (N: padding),
 /// by binary search; local_start(i) <= r is tested as cu[i] - cu[0] <= r * cp_size.
-/// NOTE: valid only once the cu_seqlens check passed (non-decreasing, lengths divisible by
-/// cp_size).
+/// NOTE: meaningful only where the cu_seqlens gate is open (non-decreasing, lengths divisible
+/// by cp_size); elsewhere it still reads inside the array.
 MLAROPE_HD MLAROPE_INLINE std::int64_t find_sequence(const PositionArgs& p, std::int64_t r) {
   const std::int64_t global_row = r * p.cp_size;
   std::int64_t lo = 0, hi = p.num_sequences;  // local_start(lo) <= r always (it is 0)
@@ -64,7 +69,7 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t position_id(const PositionArgs& p, std::i
   return global_load(static_cast<const std::int32_t*>(p.position_ids) + r);
 }
 
-/// The plan of THD row r (the call-level cu_seqlens gate is applied before).
+/// The plan of THD row r (where the call-level cu_seqlens gate is open).
 MLAROPE_HD MLAROPE_INLINE RowPlan plan_thd_row(const PositionArgs& p, std::int64_t r, bool report) {
   const std::int64_t i = find_sequence(p, r);
   if (i >= p.num_sequences) return {0, false};  // padding row
@@ -86,38 +91,80 @@ MLAROPE_HD MLAROPE_INLINE RowPlan plan_sbhd_row(const PositionArgs& p, std::int6
   return checked_plan(p, freq_row, report);
 }
 
-/// True when every row of the call passes through because cu_seqlens broke a rule. The
-/// per-sequence rules come from the check kernel (scratch word); the total-length rule
-/// (cu[N] - cu[0] > T * cp_size) is applied here, only when those hold, and reported once.
-MLAROPE_HD MLAROPE_INLINE bool call_passes_through(const PositionArgs& p, const GridCoord& g) {
-  if (p.layout != TokenLayout::thd) return false;
-  if (load_word(p.cu_check) != 0) return true;
+// ---- The call-level cu_seqlens gate (SPEC.md §5) -------------------------------------------
+// A THD call whose cu_seqlens breaks a rule passes every row through. There is no launch
+// before the main kernel to check it: each block checks the whole array itself (its threads
+// take a share of the sequences, a barrier, then one thread combines), before it writes
+// anything; block 0 alone reports the bits to the caller's status word.
+
+/// Threads of a block that check sequences (one shared word each).
+inline constexpr int kGateSlots = 128;
+
+/// Status bits of sequence i under the per-sequence rules: a decreasing cu_seqlens, or a
+/// length not divisible by 2 * cp_size.
+MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits(const PositionArgs& p, std::int64_t i) {
+  const std::int64_t length =
+      static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) - global_load(p.cu_seqlens + i);
+  if (length < 0) return kStatusBadCuSeqlens;
+  if (p.cp_size > 1 && length % (2 * p.cp_size) != 0) return kStatusBadSeqLength;
+  return kStatusOk;
+}
+
+/// True when the sequences add up to more than the call's rows: cu[N] - cu[0] > T * cp_size.
+MLAROPE_HD MLAROPE_INLINE bool sequences_exceed_rows(const PositionArgs& p) {
   const std::int64_t total =
       static_cast<std::int64_t>(global_load(p.cu_seqlens + p.num_sequences)) - global_load(p.cu_seqlens);
-  if (total <= p.seq_len * p.cp_size) return false;
-  if (g.block == 0 && g.thread == 0 && p.status != nullptr) atomic_or(p.status, kStatusBadCuSeqlens);
+  return total > p.seq_len * p.cp_size;
+}
+
+/// The gate's verdict from the per-sequence bits: closed (true) when a rule is broken. The
+/// total-length rule is applied only when the per-sequence rules hold; block 0 reports it.
+MLAROPE_HD MLAROPE_INLINE bool gate_verdict(const PositionArgs& p, const GridCoord& g,
+                                           DeviceStatus bits) {
+  if (bits != kStatusOk) return true;
+  if (!sequences_exceed_rows(p)) return false;
+  if (g.block == 0 && p.status != nullptr) atomic_or(p.status, kStatusBadCuSeqlens);
   return true;
 }
+
+/// First phase of a gated body: thread t < kGateSlots stores into slot t the bits of
+/// sequences t, t + n, t + 2n, ... (n = the block's checking threads); block 0 reports them.
+MLAROPE_HD MLAROPE_INLINE void check_sequences(const PositionArgs& p, const GridCoord& g,
+                                              DeviceStatus* slots) {
+  const int n = g.num_threads < kGateSlots ? g.num_threads : kGateSlots;
+  if (g.thread >= n) return;
+  DeviceStatus bits = kStatusOk;
+  for (std::int64_t i = g.thread; i < p.num_sequences; i += n) bits |= sequence_bits(p, i);
+  shared_store(slots + g.thread, bits);
+  if (bits != kStatusOk && g.block == 0 && p.status != nullptr) atomic_or(p.status, bits);
+}
+
+/// After check_sequences and a barrier, by one thread of the block: true when every row of the
+/// call passes through.
+MLAROPE_HD MLAROPE_INLINE bool gate_closed(const PositionArgs& p, const GridCoord& g,
+                                          const DeviceStatus* slots) {
+  const int n = g.num_threads < kGateSlots ? g.num_threads : kGateSlots;
+  DeviceStatus bits = kStatusOk;
+  for (int t = 0; t < n; ++t) bits |= shared_load(slots + t);
+  return gate_verdict(p, g, bits);
+}
+
+#if !defined(__CUDA_ARCH__)
+/// The gate as one thread decides it alone (the host's fast branches, whose thread 0 does the
+/// whole block's work): every sequence checked, block 0 reporting. SBHD: always open.
+inline bool call_passes_through(const PositionArgs& p, const GridCoord& g) {
+  if (p.layout != TokenLayout::thd) return false;
+  DeviceStatus bits = kStatusOk;
+  for (std::int64_t i = 0; i < p.num_sequences; ++i) bits |= sequence_bits(p, i);
+  if (bits != kStatusOk && g.block == 0 && p.status != nullptr) atomic_or(p.status, bits);
+  return gate_verdict(p, g, bits);
+}
+#endif
 
 /// The plan of a row; `report` marks the one thread of the block that raises status bits.
 MLAROPE_HD MLAROPE_INLINE RowPlan plan_row(const PositionArgs& p, std::int64_t row, bool report) {
   return p.layout == TokenLayout::thd ? plan_thd_row(p, row, report)
                                       : plan_sbhd_row(p, row, report);
-}
-
-/// The check kernel body: ORs the per-sequence cu_seqlens bits into the scratch word and the
-/// caller's word. One thread per sequence (grid-stride).
-MLAROPE_HD inline void cu_seqlens_check_body(const CuSeqlensCheckArgs& a, const GridCoord& g) {
-  const std::int64_t stride = g.num_blocks * g.num_threads;
-  for (std::int64_t i = g.block * g.num_threads + g.thread; i < a.num_sequences; i += stride) {
-    const std::int64_t length = static_cast<std::int64_t>(global_load(a.cu_seqlens + i + 1)) - global_load(a.cu_seqlens + i);
-    DeviceStatus bits = kStatusOk;
-    if (length < 0) bits = kStatusBadCuSeqlens;
-    else if (a.cp_size > 1 && length % (2 * a.cp_size) != 0) bits = kStatusBadSeqLength;
-    if (bits == kStatusOk) continue;
-    atomic_or(a.cu_check, bits);
-    if (a.status != nullptr) atomic_or(a.status, bits);
-  }
 }
 
 }  // namespace mlarope::kernels

@@ -56,8 +56,6 @@ struct PositionArgs {
   const void* position_ids = nullptr;  ///< THD, optional: [T]
   IndexType position_ids_type = IndexType::i32;
   const std::int32_t* seq_offsets = nullptr;  ///< optional: [B] or [N]
-  /// THD: the stream's scratch word, non-zero when cu_seqlens broke a rule (the check kernel).
-  const DeviceStatus* cu_check = nullptr;
   DeviceStatus* status = nullptr;  ///< the caller's status word, optional
 };
 
@@ -118,16 +116,6 @@ struct KvSplitBackwardKernelArgs {
   bool copy_vector = false;
   PairRotation rotation;
   PositionArgs positions;
-};
-
-/// The per-sequence cu_seqlens rules of check_cu_seqlens (the total-length rule is applied by
-/// the main kernel, only when these hold).
-struct CuSeqlensCheckArgs {
-  const std::int32_t* cu_seqlens = nullptr;
-  std::int64_t num_sequences = 0;
-  std::int64_t cp_size = 1;
-  DeviceStatus* cu_check = nullptr;  ///< the stream's scratch word (zeroed before)
-  DeviceStatus* status = nullptr;    ///< the caller's word, optional
 };
 
 /// yarn_tables: rows are positions offset .. offset + rows - 1.

@@ -1,4 +1,4 @@
-// Kernel bodies of kv_split and kv_split_backward (SPEC.md §4). One block iteration per row;
+// Kernel bodies of kv_split and kv_split_backward (SPEC.md §4). A round per row (row_rounds.h);
 // the k_pe rope slice is rotated once per row (per pair chunk) and broadcast to every key head,
 // and the backward sums the heads in f32 (in kv_sum_groups' fixed order) before the adjoint
 // rotation.
@@ -31,7 +31,7 @@ MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T
 /// Largest emb_dim of the host's fast kv_split (its rotated slice lives on the stack).
 inline constexpr std::int64_t kHostKvMaxEmbDim = 512;
 
-/// The host's fast mode of kv_split_body, shaped like the reference: thread 0 of each block
+/// The host's fast mode of kv_split (KvSplitRows), shaped like the reference: thread 0 of each block
 /// takes the whole row, rotates its k_pe once, and writes each key and value head in one pass
 /// (k part, rotated slice, v part), each part one streaming copy.
 template <class T, int kPairs>
@@ -71,21 +71,19 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
 }
 #endif
 
-/// kv_split. kPairs == kVectorPairs<T>: vector accesses on the rope slices; 1: scalar.
+/// kv_split (a RowRounds work). kPairs == kVectorPairs<T>: vector accesses on the rope
+/// slices; 1: scalar.
 template <class T, int kPairs>
-MLAROPE_HD inline void kv_split_body(const KvSplitKernelArgs& a, const GridCoord& g) {
-#if !defined(__CUDA_ARCH__)
-  if (!MLAROPE_DEVICE_PATHS() && a.emb_dim <= kHostKvMaxEmbDim) return kv_split_on_host<T, kPairs>(a, g);
-#endif
-  const PositionArgs& p = a.positions;
-  const PairRotation& r = a.rotation;
-  const std::int64_t half_dim = a.emb_dim / 2;
-  const std::int64_t chunks = half_dim / kPairs;
-  const std::int64_t groups = head_groups(chunks, a.heads, g.num_threads);
-  const std::int64_t items = chunks * groups;
-  const bool pass_all = call_passes_through(p, g);
-  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
-    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+struct KvSplitRows : RowsOfBlock<KvSplitKernelArgs> {
+  MLAROPE_HD static void work(const KvSplitKernelArgs& a, const GridCoord& g, std::int64_t round,
+                              const RowPlan& plan, Shared&) {
+    const PositionArgs& p = a.positions;
+    const PairRotation& r = a.rotation;
+    const std::int64_t row = row_of(a, g, round);
+    const std::int64_t half_dim = a.emb_dim / 2;
+    const std::int64_t chunks = half_dim / kPairs;
+    const std::int64_t groups = head_groups(chunks, a.heads, g.num_threads);
+    const std::int64_t items = chunks * groups;
     const T* kv = row_pointer<T>(a.kv, row, p.batch);
     const T* k_pe = row_pointer<T>(a.k_pe, row, p.batch);
     T* key = row_pointer<T>(a.key, row, p.batch);
@@ -94,7 +92,7 @@ MLAROPE_HD inline void kv_split_body(const KvSplitKernelArgs& a, const GridCoord
     if (!plan.rotate) {  // pass through: k_pe unrotated into every key head
       copy_head_segments<T>({k_pe, key + a.k_dim, 0, a.key.head_stride, a.heads, a.emb_dim},
                             false, g.thread, g.num_threads);
-      continue;
+      return;
     }
     for (std::int64_t item = g.thread; item < items; item += g.num_threads) {
       const std::int64_t group = quotient(item, chunks);
@@ -107,7 +105,7 @@ MLAROPE_HD inline void kv_split_body(const KvSplitKernelArgs& a, const GridCoord
                                first, y);
     }
   }
-}
+};
 
 /// grad_kv[..., :k] = grad_key[..., :k] and grad_kv[..., k:] = grad_value for one row.
 template <class T>
@@ -182,49 +180,40 @@ MLAROPE_HD MLAROPE_INLINE void store_grad_k_pe_chunk(const PairRotation& r, T* g
     store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
 }
 
-/// kv_split_backward, a phased body (kernels/portability.h); a round per row. kPairs ==
-/// kVectorPairs<T>: vector accesses on the rope slices; 1: scalar. Phase 0: the grad_kv copies,
-/// the partial head sums (kv_sum_groups: chunks x groups work items, consecutive threads on
-/// consecutive chunks of one head, so a warp reads contiguous slices) into shared memory, and
-/// thread 0 plans the row (one cu_seqlens search per row). Phase 1: the partial sums added in
+/// kv_split_backward (a RowRounds work). kPairs == kVectorPairs<T>: vector accesses on the
+/// rope slices; 1: scalar. Prepare: the grad_kv copies and the partial head sums
+/// (kv_sum_groups: chunks x groups work items, consecutive threads on consecutive chunks of one
+/// head, so a warp reads contiguous slices) into shared memory. Work: the partial sums added in
 /// group order, rotated by the adjoint (or passed through) into grad_k_pe. With one group
-/// (chunks > kKvSumSlots / 2, or one head) phase 1 sums the heads itself.
+/// (chunks > kKvSumSlots / 2, or one head) the work phase sums the heads itself.
 template <class T, int kPairs>
-struct KvSplitBackwardBody {
-  static constexpr int kPhases = 2;  // copies and partial sums; their addition and the store
+struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
   struct Shared {
     float u[kKvSumSlots][kPairs];
     float v[kKvSumSlots][kPairs];
-    std::int64_t freq_row;  ///< the round's row plan, made by thread 0 in phase 0
-    std::int32_t rotate;
   };
 
   MLAROPE_HD static std::int64_t chunks(const KvSplitBackwardKernelArgs& a) {
     return a.emb_dim / 2 / kPairs;
   }
-  /// Rows of block g.block: g.block, g.block + num_blocks, ...
-  MLAROPE_HD static std::int64_t rounds(const KvSplitBackwardKernelArgs& a, const GridCoord& g) {
-    const std::int64_t rows = row_count(a.positions);
-    return g.block < rows ? (rows - 1 - g.block) / g.num_blocks + 1 : 0;
-  }
 
-  MLAROPE_HD static void phase(const KvSplitBackwardKernelArgs& a, const GridCoord& g,
-                               std::int64_t index, Shared& s) {
+  MLAROPE_HD static void prepare(const KvSplitBackwardKernelArgs& a, const GridCoord& g,
+                                 std::int64_t round, Shared& s) {
     const PositionArgs& p = a.positions;
-    const std::int64_t row = g.block + (index / kPhases) * g.num_blocks;
+    const std::int64_t row = row_of(a, g, round);
     const std::int64_t groups = kv_sum_groups(a.heads, chunks(a));
     const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
-    if (index % kPhases == 0) {
-      copy_grad_kv_parts(a, grad_key, row_pointer<T>(a.grad_value, row, p.batch),
-                         row_pointer<T>(a.grad_kv, row, p.batch), g);
-      if (groups > 1) stage_partial_sums(a, g, grad_key, groups, s);
-      if (g.thread != 0) return;
-      const RowPlan plan = call_passes_through(p, g) ? RowPlan{} : plan_row(p, row, true);
-      shared_store(&s.freq_row, plan.freq_row);
-      shared_store(&s.rotate, plan.rotate ? 1 : 0);
-      return;
-    }
-    const RowPlan plan{shared_load(&s.freq_row), shared_load(&s.rotate) != 0};
+    copy_grad_kv_parts(a, grad_key, row_pointer<T>(a.grad_value, row, p.batch),
+                       row_pointer<T>(a.grad_kv, row, p.batch), g);
+    if (groups > 1) stage_partial_sums(a, g, grad_key, groups, s);
+  }
+
+  MLAROPE_HD static void work(const KvSplitBackwardKernelArgs& a, const GridCoord& g,
+                              std::int64_t round, const RowPlan& plan, Shared& s) {
+    const PositionArgs& p = a.positions;
+    const std::int64_t row = row_of(a, g, round);
+    const std::int64_t groups = kv_sum_groups(a.heads, chunks(a));
+    const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
     T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
     for (std::int64_t c = g.thread; c < chunks(a); c += g.num_threads) {
       const PairChunk<kPairs> sum = groups > 1 ? added_partial_sums(a, c, groups, s)
@@ -233,7 +222,7 @@ struct KvSplitBackwardBody {
     }
   }
 
-  /// Phase 0: partial sum n = group x chunks + chunk into slot n.
+  /// Prepare: partial sum n = group x chunks + chunk into slot n.
   MLAROPE_HD static void stage_partial_sums(const KvSplitBackwardKernelArgs& a, const GridCoord& g,
                                             const T* grad_key, std::int64_t groups, Shared& s) {
     for (std::int64_t n = g.thread; n < groups * chunks(a); n += g.num_threads) {
@@ -248,7 +237,7 @@ struct KvSplitBackwardBody {
     }
   }
 
-  /// Phase 1: the head sum of chunk c, its groups' partial sums added in group order.
+  /// Work: the head sum of chunk c, its groups' partial sums added in group order.
   MLAROPE_HD static PairChunk<kPairs> added_partial_sums(const KvSplitBackwardKernelArgs& a,
                                                          std::int64_t c, std::int64_t groups,
                                                          Shared& s) {
@@ -273,7 +262,7 @@ struct KvSplitBackwardBody {
 /// The host's fast mode of kv_split_backward (emb_dim <= kHostKvMaxEmbDim): thread 0 of each
 /// block takes the whole row in one pass over its heads (grad_kv = [grad_key k part,
 /// grad_value], two streaming copies a head, and the head's rope slice added to its group's
-/// partial sums), so every byte of grad_key is read once. The sums are KvSplitBackwardBody's,
+/// partial sums), so every byte of grad_key is read once. The sums are KvSplitBackwardRows',
 /// in kv_sum_groups' order, bit for bit.
 template <class T, int kPairs>
 inline void kv_split_backward_on_host(const KvSplitBackwardKernelArgs& a, const GridCoord& g) {

@@ -102,10 +102,11 @@ MLAROPE_HD MLAROPE_INLINE std::uint32_t load_word(const std::uint32_t* word) {
 //   static constexpr int kPhases;          // phases, separated by barriers
 //   struct Shared { ... };                 // the block's shared memory
 //   MLAROPE_HD static void phase(const Args&, const GridCoord&, std::int64_t phase, Shared&);
-// and optionally, for a body that loops (a grid-stride loop whose every round has barriers),
-//   MLAROPE_HD static std::int64_t rounds(const Args&, const GridCoord&);  // of this block
-// A block runs rounds x kPhases phases, numbered on across rounds (round r's phase k is
-// phase r * kPhases + k), so that a later round is ordered after every earlier one.
+// or, for a body whose block runs a number of phases known only at run time (a grid-stride
+// loop whose every round has barriers: kernels/row_rounds.h), instead of kPhases
+//   MLAROPE_HD static std::int64_t phases(const Args&, const GridCoord&);  // of this block
+// Phases are numbered on across rounds, so that a later round is ordered after every earlier
+// one.
 // On the GPU, run_phases (inside the __global__ kernel) runs phase 0, __syncthreads(),
 // phase 1, ... with Shared a __shared__ object. On the host the executor runs every thread of
 // a block through phase k before any thread enters phase k + 1 (HostExecutor::run_phased),
@@ -126,8 +127,7 @@ MLAROPE_HD MLAROPE_INLINE void shared_store(T* p, T value) {
   if (MLAROPE_OBSERVE(p, static_cast<int>(sizeof(T)), Access::store)) *p = value;
 }
 
-/// Phases of block g of a phased Body: Body::rounds(args, g) x kPhases where the body loops,
-/// else kPhases.
+/// Phases of block g of a phased Body: Body::phases(args, g) where it has one, else kPhases.
 template <class Body, class = void>
 struct PhasesOf {
   template <class Args>
@@ -136,10 +136,10 @@ struct PhasesOf {
   }
 };
 template <class Body>
-struct PhasesOf<Body, std::void_t<decltype(&Body::rounds)>> {
+struct PhasesOf<Body, std::void_t<decltype(&Body::phases)>> {
   template <class Args>
   MLAROPE_HD static std::int64_t count(const Args& args, const GridCoord& g) {
-    return Body::rounds(args, g) * Body::kPhases;
+    return Body::phases(args, g);
   }
 };
 

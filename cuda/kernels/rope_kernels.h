@@ -1,5 +1,5 @@
-// Kernel bodies of rope and rope_backward, out of place and in place (SPEC.md §4). One block
-// iteration per row (grid-stride over rows); inside a row the threads share out pair chunks
+// Kernel bodies of rope and rope_backward, out of place and in place (SPEC.md §4). One round
+// per row (kernels/row_rounds.h: grid-stride over rows); inside a row the threads share out pair chunks
 // and head groups, so that a thread loads its table chunk once per row and loops over heads.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include "kernels/kernel_args.h"
 #include "kernels/pair_rotation.h"
 #include "kernels/portability.h"
+#include "kernels/row_rounds.h"
 #include "kernels/segment_copy.h"
 
 namespace mlarope::kernels {
@@ -25,11 +26,6 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t head_groups(std::int64_t chunks, std::int
   const std::int64_t by_threads = chunks > 0 ? num_threads / chunks : 1;
   const std::int64_t groups = by_threads < heads ? by_threads : heads;
   return groups < 1 ? 1 : groups;
-}
-
-/// Rows of a call.
-MLAROPE_HD MLAROPE_INLINE std::int64_t row_count(const PositionArgs& p) {
-  return p.seq_len * p.batch;
 }
 
 
@@ -128,20 +124,17 @@ MLAROPE_INLINE bool rope_runs_on_host(const RopeKernelArgs& a) {
 #endif
 
 /// rope / rope_backward where each pair's read and write positions are owned by one thread:
-/// out of place (any layouts), or in place with read_layout == write_layout.
+/// out of place (any layouts), or in place with read_layout == write_layout (a RowRounds work).
 /// kPairs == kVectorPairs<T>: vector accesses (emb_dim % 8 == 0, aligned); 1: scalar.
 template <class T, int kPairs>
-MLAROPE_HD inline void rope_chunked_body(const RopeKernelArgs& a, const GridCoord& g) {
-#if !defined(__CUDA_ARCH__)
-  if (rope_runs_on_host(a)) return rope_on_host<T, kPairs>(a, g);
-#endif
-  const PositionArgs& p = a.positions;
-  const std::int64_t chunks = a.emb_dim / 2 / kPairs;
-  const std::int64_t groups = head_groups(chunks, a.heads, g.num_threads);
-  const std::int64_t items = chunks * groups;
-  const bool pass_all = call_passes_through(p, g);
-  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
-    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
+struct RopeChunkedRows : RowsOfBlock<RopeKernelArgs> {
+  MLAROPE_HD static void work(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round,
+                              const RowPlan& plan, Shared&) {
+    const PositionArgs& p = a.positions;
+    const std::int64_t row = row_of(a, g, round);
+    const std::int64_t chunks = a.emb_dim / 2 / kPairs;
+    const std::int64_t groups = head_groups(chunks, a.heads, g.num_threads);
+    const std::int64_t items = chunks * groups;
     const T* in = row_pointer<T>(a.in, row, p.batch);
     T* out = row_pointer<T>(a.out, row, p.batch);
     if (!plan.rotate) {  // pass through: copy the whole head out of place, untouched in place
@@ -149,7 +142,7 @@ MLAROPE_HD inline void rope_chunked_body(const RopeKernelArgs& a, const GridCoor
         copy_head_segments<T>({in, out, a.in.head_stride, a.out.head_stride, a.heads,
                                a.nope_dim + a.emb_dim},
                               a.copy_vector, g.thread, g.num_threads);
-      continue;
+      return;
     }
     if (!a.in_place)
       copy_head_segments<T>({in, out, a.in.head_stride, a.out.head_stride, a.heads, a.nope_dim},
@@ -161,7 +154,7 @@ MLAROPE_HD inline void rope_chunked_body(const RopeKernelArgs& a, const GridCoor
                                        group, groups);
     }
   }
-}
+};
 
 /// Slices of one row per round of the staged body: as many whole slices of `chunks` pair
 /// chunks as kStagedChunks holds, at least one, at most `heads`.
@@ -173,54 +166,67 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t head
 }
 
 /// In place with read_layout != write_layout, vector-ready, emb_dim <= kStagedMaxEmbDim (a
-/// phased body, kernels/portability.h). Each round of a block takes whole rope slices of one
-/// row (at most kStagedChunks pair chunks): phase 0 reads every chunk into shared memory and
-/// thread 0 plans the row (once per round: one cu_seqlens search, not one per thread), a
-/// barrier, phase 1 writes the rotated chunks in the write layout. Consecutive threads take
-/// consecutive chunks of a slice, so a warp reads and writes contiguous memory; no element is
-/// written before every chunk of its slice was read (DESIGN.md rule 3). A pass-through row is
-/// read and left untouched.
+/// RowRounds work). Each round of a block takes whole rope slices of one row (at most
+/// kStagedChunks pair chunks): prepare reads every chunk into shared memory, work writes the
+/// rotated chunks in the write layout. Consecutive threads take consecutive chunks of a slice,
+/// so a warp reads and writes contiguous memory; no element is written before every chunk of
+/// its slice was read (DESIGN.md rule 3). A pass-through row is read and left untouched.
 template <class T>
-struct RopeStagedBody {
+struct RopeStagedRounds {
+  using Args = RopeKernelArgs;
   static constexpr int kPairs = kVectorPairs<T>;
-  static constexpr int kPhases = 2;  // stage, rotate
   struct Shared {
     float u[kStagedChunks][kPairs];
     float v[kStagedChunks][kPairs];
-    std::int64_t freq_row;  ///< the round's row plan, made by thread 0 in phase 0
-    std::int32_t rotate;
   };
 
   MLAROPE_HD static std::int64_t chunks(const RopeKernelArgs& a) { return a.emb_dim / 2 / kPairs; }
+  MLAROPE_HD static std::int64_t per_round(const RopeKernelArgs& a) {
+    return staged_slices_per_round(a.heads, chunks(a));
+  }
   MLAROPE_HD static std::int64_t rounds_per_row(const RopeKernelArgs& a) {
-    const std::int64_t n = staged_slices_per_round(a.heads, chunks(a));
-    return (a.heads + n - 1) / n;
+    return (a.heads + per_round(a) - 1) / per_round(a);
   }
   /// Rounds of block g.block: rounds g.block, g.block + num_blocks, ... of rows x rounds_per_row.
   MLAROPE_HD static std::int64_t rounds(const RopeKernelArgs& a, const GridCoord& g) {
     const std::int64_t total = row_count(a.positions) * rounds_per_row(a);
     return g.block < total ? (total - 1 - g.block) / g.num_blocks + 1 : 0;
   }
+  /// The call's round index of this block's round `round`.
+  MLAROPE_HD static std::int64_t call_round(const GridCoord& g, std::int64_t round) {
+    return g.block + round * g.num_blocks;
+  }
+  MLAROPE_HD static std::int64_t row_of(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round) {
+    return quotient(call_round(g, round), rounds_per_row(a));
+  }
+  /// The round's first slice.
+  MLAROPE_HD static std::int64_t first_head_of(const RopeKernelArgs& a, const GridCoord& g,
+                                               std::int64_t round) {
+    return (call_round(g, round) - row_of(a, g, round) * rounds_per_row(a)) * per_round(a);
+  }
+  /// The round's slices.
+  MLAROPE_HD static std::int64_t heads_of(const RopeKernelArgs& a, std::int64_t first_head) {
+    return a.heads - first_head < per_round(a) ? a.heads - first_head : per_round(a);
+  }
+  /// A row's status bits are raised by its first round.
+  MLAROPE_HD static bool reports(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round) {
+    return first_head_of(a, g, round) == 0;
+  }
 
-  MLAROPE_HD static void phase(const RopeKernelArgs& a, const GridCoord& g, std::int64_t index,
-                               Shared& s) {
-    const PositionArgs& p = a.positions;
-    const std::int64_t round = g.block + (index / kPhases) * g.num_blocks;
-    const std::int64_t per_row = rounds_per_row(a);
-    const std::int64_t row = quotient(round, per_row);
-    const std::int64_t per_round = staged_slices_per_round(a.heads, chunks(a));
-    const std::int64_t first_head = (round - row * per_row) * per_round;
-    const std::int64_t heads = a.heads - first_head < per_round ? a.heads - first_head : per_round;
-    if (index % kPhases == 0) {
-      stage_chunks(a, g, row, first_head, heads * chunks(a), s);
-      if (g.thread != 0) return;
-      const RowPlan plan = call_passes_through(p, g) ? RowPlan{} : plan_row(p, row, first_head == 0);
-      shared_store(&s.freq_row, plan.freq_row);
-      shared_store(&s.rotate, plan.rotate ? 1 : 0);
-      return;
-    }
-    if (shared_load(&s.rotate) == 0) return;  // in place: a pass-through row is left untouched
-    rotate_chunks(a, g, shared_load(&s.freq_row), row, first_head, heads * chunks(a), s);
+  MLAROPE_HD static void prepare(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round,
+                                 Shared& s) {
+    const std::int64_t row = row_of(a, g, round);
+    const std::int64_t first_head = first_head_of(a, g, round);
+    const std::int64_t heads = heads_of(a, first_head);
+    stage_chunks(a, g, row, first_head, heads * chunks(a), s);
+  }
+
+  MLAROPE_HD static void work(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round,
+                              const RowPlan& plan, Shared& s) {
+    if (!plan.rotate) return;  // in place: a pass-through row is left untouched
+    const std::int64_t first_head = first_head_of(a, g, round);
+    rotate_chunks(a, g, plan.freq_row, row_of(a, g, round), first_head,
+                  heads_of(a, first_head) * chunks(a), s);
   }
 
   /// Phase 0: chunk n of the round (slice first_head + item / chunks) into shared memory.
@@ -295,20 +301,18 @@ MLAROPE_HD inline void permute_slice(T* slice, std::int64_t emb_dim, PairLayout 
   }
 }
 
-/// In place with read_layout != write_layout, any emb_dim: one thread owns a head's slice,
-/// rotates every pair where it was read, then moves the pairs to the write layout.
+/// In place with read_layout != write_layout, any emb_dim (a RowRounds work): one thread owns
+/// a head's slice, rotates every pair where it was read, then moves the pairs to the write
+/// layout.
 template <class T>
-MLAROPE_HD inline void rope_whole_slice_scalar_body(const RopeKernelArgs& a, const GridCoord& g) {
-#if !defined(__CUDA_ARCH__)
-  if (rope_runs_on_host(a)) return rope_on_host<T, 1>(a, g);
-#endif
-  const PositionArgs& p = a.positions;
-  const PairRotation& r = a.rotation;
-  const std::int64_t half_dim = a.emb_dim / 2;
-  const bool pass_all = call_passes_through(p, g);
-  for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
-    const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, g.thread == 0);
-    if (!plan.rotate) continue;
+struct RopeWholeSliceRows : RowsOfBlock<RopeKernelArgs> {
+  MLAROPE_HD static void work(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round,
+                              const RowPlan& plan, Shared&) {
+    if (!plan.rotate) return;
+    const PositionArgs& p = a.positions;
+    const PairRotation& r = a.rotation;
+    const std::int64_t half_dim = a.emb_dim / 2;
+    const std::int64_t row = row_of(a, g, round);
     T* slices = row_pointer<T>(a.out, row, p.batch) + a.nope_dim;
     for (std::int64_t h = g.thread; h < a.heads; h += g.num_threads) {
       T* slice = slices + h * a.out.head_stride;
@@ -320,6 +324,6 @@ MLAROPE_HD inline void rope_whole_slice_scalar_body(const RopeKernelArgs& a, con
       permute_slice(slice, a.emb_dim, r.read_layout, r.write_layout);
     }
   }
-}
+};
 
 }  // namespace mlarope::kernels

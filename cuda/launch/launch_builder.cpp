@@ -79,6 +79,13 @@ kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, const LaunchPr
   return {std::clamp<std::int64_t>(rows, 1, profile.max_blocks), static_cast<int>(threads)};
 }
 
+// `grid` with THD's cap on blocks (LaunchProfile::max_thd_blocks).
+kernels::GridShape capped_for_layout(kernels::GridShape grid, TokenLayout layout,
+                                     const LaunchProfile& profile) {
+  if (layout == TokenLayout::thd) grid.blocks = std::min(grid.blocks, std::max<std::int64_t>(1, profile.max_thd_blocks));
+  return grid;
+}
+
 // Pairs per chunk of a variant: kernels::kVectorPairs<T> of the dtype on the vector paths.
 std::int64_t pairs_per_chunk(bool vector, DType dtype) {
   return vector ? 8 / static_cast<std::int64_t>(dtype_size(dtype)) : 1;
@@ -107,7 +114,7 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
     const std::int64_t chunks = args.emb_dim / 2 / pairs_per_chunk(true, in.dtype);
     const std::int64_t per_round = kernels::staged_slices_per_round(l.args.heads, chunks);
     const std::int64_t rounds = rows * ((l.args.heads + per_round - 1) / per_round);
-    l.grid = row_grid(rounds, per_round * chunks, profile);
+    l.grid = capped_for_layout(row_grid(rounds, per_round * chunks, profile), layout, profile);
     return l;
   }
   const bool whole_slice = l.variant == RopeVariant::whole_slice_scalar;
@@ -117,7 +124,7 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
       whole_slice ? l.args.heads
                   : std::max(chunks * l.args.heads,
                              mode.in_place ? 0 : l.args.heads * copy_items(args.nope_dim, in.dtype));
-  l.grid = row_grid(rows, work, profile);
+  l.grid = capped_for_layout(row_grid(rows, work, profile), layout, profile);
   return l;
 }
 
@@ -144,7 +151,7 @@ KvSplitLaunch make_kv_split_launch(const KvSplitCall& c, const LaunchProfile& pr
   const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies = copy_items(a.k_dim, c.kv.dtype) + copy_items(a.v_dim, c.kv.dtype);
   const std::int64_t work = l.args.heads * std::max(chunks, copies);
-  l.grid = row_grid(rows, work, profile);
+  l.grid = capped_for_layout(row_grid(rows, work, profile), layout, profile);
   return l;
 }
 
@@ -173,7 +180,7 @@ KvSplitBackwardLaunch make_kv_split_backward_launch(const KvSplitBackwardCall& c
   const std::int64_t copies =
       l.args.heads * (copy_items(a.k_dim, l.dtype) + copy_items(a.v_dim, l.dtype));
   const std::int64_t partial_sums = chunks * kernels::kv_sum_groups(l.args.heads, chunks);
-  l.grid = row_grid(rows, std::max(partial_sums, copies), profile);
+  l.grid = capped_for_layout(row_grid(rows, std::max(partial_sums, copies), profile), layout, profile);
   return l;
 }
 
@@ -208,19 +215,6 @@ YarnLaunch make_yarn_launch(const YarnTablesCall& c, const LaunchProfile& profil
   a.concentration = std::isnan(p.concentration_override) ? mscale(p.mscale) / mscale(p.mscale_all_dim)
                                                          : p.concentration_override;
   l.grid = a.rows == 0 ? kernels::GridShape{} : row_grid(a.rows, a.emb_dim / 2, profile);
-  return l;
-}
-
-CuSeqlensCheckLaunch make_cu_seqlens_check_launch(const kernels::PositionArgs& p,
-                                                  const LaunchProfile& profile) {
-  CuSeqlensCheckLaunch l;
-  l.args.cu_seqlens = p.cu_seqlens;
-  l.args.num_sequences = p.num_sequences;
-  l.args.cp_size = p.cp_size;
-  l.args.status = p.status;
-  const std::int64_t threads = profile.max_threads;
-  const std::int64_t blocks = (p.num_sequences + threads - 1) / threads;
-  l.grid = {std::clamp<std::int64_t>(blocks, 1, profile.max_blocks), static_cast<int>(threads)};
   return l;
 }
 

@@ -24,8 +24,5 @@ KvSplitBackwardLaunch make_kv_split_backward_launch(const KvSplitBackwardCall& c
                                                     const LaunchProfile& profile);
 /// yarn_tables.
 YarnLaunch make_yarn_launch(const YarnTablesCall& call, const LaunchProfile& profile);
-/// The cu_seqlens check of a THD call whose positions are `positions`.
-CuSeqlensCheckLaunch make_cu_seqlens_check_launch(const kernels::PositionArgs& positions,
-                                                  const LaunchProfile& profile);
 
 }  // namespace mlarope::detail

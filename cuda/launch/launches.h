@@ -54,10 +54,4 @@ struct YarnLaunch {
   kernels::YarnKernelArgs args;
 };
 
-/// The cu_seqlens check of a THD call (after the scratch word was cleared).
-struct CuSeqlensCheckLaunch {
-  kernels::GridShape grid;
-  kernels::CuSeqlensCheckArgs args;
-};
-
 }  // namespace mlarope::detail

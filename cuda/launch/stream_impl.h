@@ -17,6 +17,10 @@ struct LaunchProfile {
   std::int64_t thread_granularity = 32;  ///< threads per block are a multiple of this
   std::int64_t max_blocks = 1 << 20;     ///< larger grids loop over rows (grid-stride)
   std::int64_t min_work_per_thread = 1;  ///< work items (16-byte pieces, pair chunks) per thread
+  /// THD grids stop here, their blocks taking several rows: each block checks the call's whole
+  /// cu_seqlens (kernels/row_rounds.h), so the blocks bound that cost (4096: more than an
+  /// H200 holds at once, 132 SMs x 16 blocks of 128 threads).
+  std::int64_t max_thd_blocks = 4096;
 };
 
 /// The launch profile of a CUDA GPU: the CUDA backend launches with it, and the host
@@ -31,7 +35,7 @@ inline LaunchProfile cuda_launch_profile() {
 
 class StreamImpl;
 
-/// A captured sequence of launches and the scratch words they use (the graph owns them).
+/// A captured sequence of launches.
 class GraphImpl {
  public:
   virtual ~GraphImpl() = default;
@@ -40,8 +44,8 @@ class GraphImpl {
   virtual void replay(StreamImpl& stream) = 0;
 };
 
-/// One backend stream: an ordered queue of launches that owns a scratch status word for its
-/// eager THD calls; a capture gives each THD call a word of its own, which the graph owns.
+/// One backend stream: an ordered queue of launches (one per call: a THD call checks its
+/// cu_seqlens inside its kernel, kernels/row_rounds.h).
 class StreamImpl {
  public:
   virtual ~StreamImpl() = default;
@@ -49,16 +53,10 @@ class StreamImpl {
   virtual BackendKind kind() const = 0;
   /// Grid preferences of this backend.
   virtual LaunchProfile profile() const = 0;
-  /// The scratch status word (device memory) of the THD call being enqueued, for its
-  /// cu_seqlens check: the stream's own word, or while capturing a fresh word of the capture.
-  virtual DeviceStatus* take_scratch_status() = 0;
-  /// Zero a word of take_scratch_status (a launch: ordered with the others, captured too).
-  virtual void clear_scratch_status(DeviceStatus* word) = 0;
   /// The tensors of the call whose launches follow (the GPU model checks accesses against
   /// them; other backends ignore it).
   virtual void set_footprint(const Footprint& footprint) { (void)footprint; }
   /// Enqueue one launch.
-  virtual void launch(const CuSeqlensCheckLaunch& l) = 0;
   virtual void launch(const RopeLaunch& l) = 0;
   virtual void launch(const KvSplitLaunch& l) = 0;
   virtual void launch(const KvSplitBackwardLaunch& l) = 0;

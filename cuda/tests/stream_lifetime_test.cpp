@@ -1,6 +1,6 @@
 // A stream's resources under failure: a stream destroyed mid-capture (an exception between
-// begin_capture and end_capture) leaves the backend usable, and a CUDA stream that cannot get
-// its memory throws mlarope::Error and leaks nothing.
+// begin_capture and end_capture) leaves the backend usable, and with device memory exhausted
+// the CUDA backend fails by name (mlarope::Error) and recovers.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -74,14 +74,23 @@ std::vector<DeviceBuffer> exhaust_device_memory() {
   return held;
 }
 
-TEST(CudaStreamTest, WithDeviceMemoryExhaustedStreamCudaThrowsAndTheDeviceRecovers) {
+// A stream holds no device memory of its own (a THD call checks cu_seqlens inside its
+// kernel): with device memory exhausted a stream is still had, or refused by name, and a
+// further allocation is refused by name; once the memory is freed the device works.
+TEST(CudaStreamTest, WithDeviceMemoryExhaustedTheBackendFailsByNameAndRecovers) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   {
     std::vector<DeviceBuffer> held = exhaust_device_memory();
     ASSERT_FALSE(held.empty());
     try {
       Stream stream = Stream::cuda();
-      ADD_FAILURE() << "Stream::cuda() succeeded with device memory exhausted";
+      stream.synchronize();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("mlarope CUDA"), std::string::npos) << e.what();
+    }
+    try {
+      DeviceBuffer one_more(BackendKind::cuda, std::size_t{1} << 20);
+      ADD_FAILURE() << "a 1 MiB allocation succeeded with device memory exhausted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("mlarope CUDA"), std::string::npos) << e.what();
     }
