@@ -1,6 +1,7 @@
-// What a graph owns: a captured THD call's scratch status word belongs to the graph, not to the
-// stream that captured it, so a graph replays after that stream is gone, on any stream, while
-// other streams (the capturing one included) run their own calls.
+// What a graph owns: its launches only, nothing of the stream that captured it (a THD call
+// checks its cu_seqlens inside its kernel, with no scratch word), so a graph replays after that
+// stream is gone, on any stream, while other streams (the capturing one included) run their
+// own calls.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -39,8 +40,8 @@ int replay_is_wrong(Graph& graph, Stream& stream, RopeHarness& h) {
   return outputs_match(h.checks()) && h.backend_status() == kStatusOk ? 0 : 1;
 }
 
-// NOTE: before graphs owned their scratch word, this replay wrote the freed word of the
-// capturing stream (ASan: heap-use-after-free on the host backend).
+// NOTE: when THD calls used their stream's scratch word, this replay wrote the freed word of
+// the capturing stream (ASan: heap-use-after-free on the host backend).
 TEST_P(GraphOwnershipTest, AGraphReplaysAfterItsCapturingStreamIsDestroyed) {
   RopeHarness h(thd_case(), 1);
   h.upload(backend());
@@ -50,8 +51,8 @@ TEST_P(GraphOwnershipTest, AGraphReplaysAfterItsCapturingStreamIsDestroyed) {
   EXPECT_EQ(replay_is_wrong(graph, other, h), 0);
 }
 
-// Stream A runs eager THD calls with decreasing cu_seqlens (its scratch word collects error
-// bits) while a graph captured on A replays, with valid metadata, on stream B.
+// Stream A runs eager THD calls with decreasing cu_seqlens (once, they shared a scratch word
+// with the graph's calls) while a graph captured on A replays, with valid metadata, on B.
 TEST_P(GraphOwnershipTest, ReplayIsRightWhileTheCapturingStreamRunsBadMetadata) {
   RopeHarness good(thd_case(), 2), bad(thd_case(), 3);
   bad.metadata().cu_seqlens().assign({0, 8, 4, 12});
@@ -96,8 +97,8 @@ TEST_P(GraphOwnershipTest, TwoThreadsReplayOneGraphOnTwoStreams) {
   EXPECT_EQ(h.backend_status(), kStatusOk);
 }
 
-// A graph's launches refer to the graph's own scratch words, which a capture of them would not
-// own (and CUDA cannot launch a graph into a capture): replaying into a capture is an error.
+// CUDA cannot launch a graph into a capture, and the host graph keeps the same rule: replaying
+// into a capture is an error.
 TEST_P(GraphOwnershipTest, ReplayingIntoACaptureIsAnError) {
   RopeHarness h(thd_case(), 5);
   h.upload(backend());

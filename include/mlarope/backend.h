@@ -70,15 +70,15 @@ class GraphImpl;
 class Graph;
 
 /// An ordered queue of launches on one backend. Host streams run each launch before the call
-/// returns; CUDA streams are asynchronous. Each stream owns a small scratch status word, which
-/// its eager THD calls use; while capturing, each THD call gets a word of its own, which the
-/// graph owns (see Graph). Destroying a stream mid-capture ends the capture and drops it.
+/// returns; CUDA streams are asynchronous. Every call is one launch (a THD call checks its
+/// cu_seqlens inside its kernel), and a stream holds no device memory of its own. Destroying a
+/// stream mid-capture ends the capture and drops it.
 class Stream {
  public:
   /// A host-backend stream.
   static Stream host(const HostStreamOptions& options = {});
-  /// A CUDA stream on the current device; throws mlarope::Error when none is available, or
-  /// when the stream or its scratch word cannot be had (nothing leaks).
+  /// A CUDA stream on the current device; throws mlarope::Error when none is available or
+  /// the stream cannot be had (nothing leaks).
   static Stream cuda();
   /// A stream of `kind` with default options.
   static Stream create(BackendKind kind);
@@ -114,8 +114,8 @@ class Stream {
 };
 
 /// Captured launches. A replay reads what the buffers hold at replay time (new cu_seqlens,
-/// position ids, inputs), exactly like a CUDA graph. A graph owns the scratch words of its THD
-/// calls: it may outlive the stream that captured it and replay on any stream of its backend,
+/// position ids, inputs), exactly like a CUDA graph. A graph refers to no memory of the stream
+/// that captured it: it may outlive that stream and replay on any stream of its backend,
 /// concurrently with other work there; replays of one graph run one after the other (as
 /// CUDA runs the launches of one graph), whichever streams and threads they come from.
 class Graph {

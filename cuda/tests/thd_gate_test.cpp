@@ -1,0 +1,145 @@
+// One launch per THD call (kernels/row_rounds.h): each block checks the call's whole
+// cu_seqlens before it writes, so a bad sequence anywhere in the array (before, at and past
+// the block's checking threads, the last one included) passes every row through and sets the
+// status bits, in the host's fast mode and under the GPU model (the device code path). A THD
+// grid stops at LaunchProfile::max_thd_blocks, its blocks taking several rows each.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "launch/launch_builder.h"
+#include "launch/stream_impl.h"
+#include "mlarope/backend.h"
+#include "mlarope/ops.h"
+
+namespace mlarope::test {
+namespace {
+
+constexpr std::int64_t kHeads = 2, kNope = 4, kEmb = 8, kWidth = kNope + kEmb;
+
+struct ThdResult {
+  std::vector<float> out;
+  DeviceStatus status = kStatusOk;
+  std::vector<ModelLaunchStats> launches;  ///< under the GPU model
+};
+
+// Out-of-place rope, f32, THD [rows, kHeads, kWidth], packed table of `rows` rows.
+ThdResult run_rope(const std::vector<std::int32_t>& cu_seqlens, std::int64_t rows,
+                   std::int64_t cp_size, bool gpu_model) {
+  std::vector<float> t(static_cast<std::size_t>(rows * kHeads * kWidth));
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.25f + static_cast<float>(i % 89) * 0.01f;
+  std::vector<float> cos(static_cast<std::size_t>(rows * cp_size * kEmb), 0.6f);
+  std::vector<float> sin(cos.size(), 0.8f);
+  ThdResult r;
+  r.out.assign(t.size(), 0.0f);
+  RopeCall c;
+  c.t = contiguous_view<const void>(t.data(), DType::f32, {rows, kHeads, kWidth});
+  c.out = contiguous_view<void>(r.out.data(), DType::f32, {rows, kHeads, kWidth});
+  c.args.nope_dim = kNope;
+  c.args.emb_dim = kEmb;
+  c.args.rotation.in_layout = c.args.rotation.out_layout = PairLayout::half;
+  c.args.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {rows * cp_size, kEmb});
+  c.args.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {rows * cp_size, kEmb});
+  c.args.positions.layout = TokenLayout::thd;
+  c.args.positions.freq_mode = FreqMode::packed;
+  c.args.positions.cp_size = cp_size;
+  c.args.positions.cu_seqlens = {cu_seqlens.data(), IndexType::i32, static_cast<std::int64_t>(cu_seqlens.size())};
+  c.args.status = &r.status;
+  Stream s = Stream::host({3, 1, gpu_model});
+  rope(c, s);
+  s.synchronize();
+  r.launches = take_model_stats(s);
+  // Keep the input for comparisons: rows passed through equal it bit for bit.
+  r.out.insert(r.out.end(), t.begin(), t.end());
+  return r;
+}
+
+// Rows of `r` equal to the input, bit for bit (the input follows the output in r.out).
+std::int64_t rows_passed_through(const ThdResult& r, std::int64_t rows) {
+  const std::size_t row_floats = static_cast<std::size_t>(kHeads * kWidth);
+  const float* out = r.out.data();
+  const float* in = r.out.data() + rows * kHeads * kWidth;
+  std::int64_t n = 0;
+  for (std::int64_t row = 0; row < rows; ++row)
+    n += std::memcmp(out + row * row_floats, in + row * row_floats, row_floats * sizeof(float)) == 0 ? 1 : 0;
+  return n;
+}
+
+// N sequences of `length` global rows each.
+std::vector<std::int32_t> uniform_cu_seqlens(std::int64_t n, std::int32_t length) {
+  std::vector<std::int32_t> cu(static_cast<std::size_t>(n + 1));
+  for (std::int64_t i = 0; i <= n; ++i) cu[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i) * length;
+  return cu;
+}
+
+constexpr std::int64_t kSequences = 300;  // more than the 128 checking threads of a block
+
+TEST(ThdGate, AValidCallRotatesEveryRowInOneLaunch) {
+  for (bool model : {false, true}) {
+    SCOPED_TRACE(model ? "GPU model" : "fast mode");
+    const ThdResult r = run_rope(uniform_cu_seqlens(kSequences, 1), kSequences, 1, model);
+    EXPECT_EQ(r.status, kStatusOk);
+    EXPECT_EQ(rows_passed_through(r, kSequences), 0);
+    if (model) {
+      ASSERT_EQ(r.launches.size(), 1u) << "a THD call is one launch";
+      EXPECT_EQ(r.launches[0].kernel, "rope/chunked_vector/f32");
+    }
+  }
+}
+
+TEST(ThdGate, ADecreasingSequenceAnywherePassesEveryRowThrough) {
+  for (std::int64_t bad : std::vector<std::int64_t>{0, 1, 127, 128, 200, 255, 256, kSequences - 1}) {
+    std::vector<std::int32_t> cu = uniform_cu_seqlens(kSequences, 1);
+    cu[static_cast<std::size_t>(bad + 1)] = cu[static_cast<std::size_t>(bad)] - 1;  // length -1
+    if (bad + 1 == kSequences) cu.back() = cu[static_cast<std::size_t>(bad)] - 1;
+    for (bool model : {false, true}) {
+      SCOPED_TRACE("bad sequence " + std::to_string(bad) + (model ? ", GPU model" : ", fast mode"));
+      const ThdResult r = run_rope(cu, kSequences, 1, model);
+      EXPECT_EQ(r.status, kStatusBadCuSeqlens);
+      EXPECT_EQ(rows_passed_through(r, kSequences), kSequences);
+      if (model) {
+        EXPECT_EQ(r.launches.size(), 1u);
+      }
+    }
+  }
+}
+
+TEST(ThdGate, ALengthNotDivisibleByTwiceCpSizeAnywherePassesEveryRowThrough) {
+  for (std::int64_t bad : std::vector<std::int64_t>{0, 129, kSequences - 2}) {
+    std::vector<std::int32_t> cu = uniform_cu_seqlens(kSequences, 4);  // cp_size 2: 2 local rows each
+    cu[static_cast<std::size_t>(bad + 1)] += 2;                          // lengths 6 and 2
+    for (bool model : {false, true}) {
+      SCOPED_TRACE("bad sequence " + std::to_string(bad) + (model ? ", GPU model" : ", fast mode"));
+      const ThdResult r = run_rope(cu, 2 * kSequences, 2, model);
+      EXPECT_EQ(r.status, kStatusBadSeqLength);
+      EXPECT_EQ(rows_passed_through(r, 2 * kSequences), 2 * kSequences);
+    }
+  }
+}
+
+TEST(ThdGate, SequencesLongerThanTheRowsPassEveryRowThrough) {
+  for (bool model : {false, true}) {
+    SCOPED_TRACE(model ? "GPU model" : "fast mode");
+    const ThdResult r = run_rope(uniform_cu_seqlens(kSequences, 1), kSequences - 1, 1, model);
+    EXPECT_EQ(r.status, kStatusBadCuSeqlens);
+    EXPECT_EQ(rows_passed_through(r, kSequences - 1), kSequences - 1);
+  }
+}
+
+TEST(ThdGate, GridsStopAtMaxThdBlocksAndBlocksTakeSeveralRows) {
+  const std::int64_t rows = 4500;
+  const detail::LaunchProfile profile = detail::cuda_launch_profile();
+  ASSERT_LT(profile.max_thd_blocks, rows);
+  const ThdResult model = run_rope(uniform_cu_seqlens(rows, 1), rows, 1, true);
+  ASSERT_EQ(model.launches.size(), 1u);
+  EXPECT_EQ(model.launches[0].blocks, profile.max_thd_blocks);
+  const ThdResult fast = run_rope(uniform_cu_seqlens(rows, 1), rows, 1, false);
+  EXPECT_EQ(model.out, fast.out) << "rows past the first round of a block";
+  EXPECT_EQ(model.status, kStatusOk);
+}
+
+}  // namespace
+}  // namespace mlarope::test
