@@ -53,7 +53,6 @@ detail::LaunchProfile HostStream::profile() const {
   p.thread_granularity = 1;
   p.min_work_per_thread = 256;
   p.max_blocks = std::int64_t{1} << 20;
-  p.max_thd_blocks = 256;  // the fast branches' thread 0 checks all of cu_seqlens per block
   return p;
 }
 
