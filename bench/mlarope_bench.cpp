@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -247,7 +248,12 @@ void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend b
   std::vector<std::unique_ptr<Fixture>>& fixtures = fixtures_for(shape, sets);
   std::vector<std::function<void()>> calls;
   for (int i = 0; i < sets; ++i) calls.push_back(make_call(op, *fixtures[i], backend));
-  for (auto& call : calls) call();  // warm-up
+  try {
+    for (auto& call : calls) call();  // warm-up
+  } catch (const harness::Unsupported& e) {  // a plugin declining the shape: shown, not timed
+    state.SkipWithError((std::string("not supported: ") + e.what()).c_str());
+    return;
+  }
   copy_bandwidth();
   std::size_t next = 0;
   const double seconds = timed_loop(state, [&] { calls[next++ % calls.size()](); });
@@ -321,13 +327,35 @@ bool take_flag(int& argc, char** argv, const std::string& flag) {
   return false;
 }
 
+// The value of `flag=VALUE` (removed from argv), or "" when absent.
+std::string take_value(int& argc, char** argv, const std::string& flag) {
+  const std::string prefix = flag + "=";
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind(prefix, 0) == 0) {
+      std::string value = std::string(argv[i]).substr(prefix.size());
+      std::copy(argv + i + 1, argv + argc, argv + i);
+      --argc;
+      return value;
+    }
+  return "";
+}
+
+// A backend name usable in a benchmark label: characters other than [A-Za-z0-9_.:-] become _.
+std::string label_name(std::string name) {
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != ':' && ch != '-') ch = '_';
+  return name;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool full = take_flag(argc, argv, "--full");
+  const std::string plugin = take_value(argc, argv, "--backend");
   if (take_flag(argc, argv, "--help-mlarope")) {
-    std::printf("mlarope_bench [--full] [Google Benchmark flags]\n"
-                "  default: smoke set (T=1K); --full: T 1K..16K, both models, both layouts\n");
+    std::printf("mlarope_bench [--full] [--backend=plugin:PATH.so] [Google Benchmark flags]\n"
+                "  default: smoke set (T=1K); --full: T 1K..16K, both models, both layouts\n"
+                "  --backend=plugin:PATH.so: also time a kernel plugin (include/mlarope/plugin.h)\n");
     return 0;
   }
   std::vector<harness::Backend> backends;
@@ -339,6 +367,19 @@ int main(int argc, char** argv) {
     } else if (name != "cuda") {  // CUDA: cuda_bench
       backends.push_back(harness::find_backend(name));
     }
+  if (!plugin.empty()) {
+    if (plugin.rfind("plugin:", 0) != 0) {
+      std::fprintf(stderr, "mlarope_bench: --backend takes plugin:PATH.so (the built-in backends always run)\n");
+      return 2;
+    }
+    try {
+      backends.push_back(harness::find_backend(plugin));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mlarope_bench: error: %s\n", e.what());
+      return 2;
+    }
+    backends.back().name = label_name(backends.back().name);
+  }
   for (const Shape& shape : bench_shapes(full))  // shape outermost: its buffers are made once
     for (const harness::Backend& backend : backends)
       for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward,

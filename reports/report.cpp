@@ -88,6 +88,25 @@ std::vector<std::string> fuzz_failures(const json& j) {
   return lines;
 }
 
+// What a backend declined in a fuzz.json ("support": a plugin's unsupported calls): a line
+// of totals, then one per reason; empty when the run declined nothing.
+std::vector<std::string> fuzz_support(const json& j) {
+  std::vector<std::string> lines;
+  if (!j.contains("support") || !j["support"].is_object()) return lines;
+  const json& s = j["support"];
+  const auto number = [&](const char* key) { return s.contains(key) && s[key].is_number() ? s[key].get<long long>() : 0LL; };
+  if (number("declined_cases") == 0) return lines;
+  std::ostringstream head;
+  head << "supported: " << number("supported_combinations") << " of " << number("combinations")
+       << " flag combinations seen (" << number("partly_supported_combinations") << " more in part); "
+       << number("declined_cases") << " cases not supported (not failures):";
+  lines.push_back(head.str());
+  if (s.contains("not_supported") && s["not_supported"].is_object())
+    for (const auto& [reason, n] : s["not_supported"].items())
+      lines.push_back(reason + " (" + std::to_string(n.is_number() ? n.get<long long>() : 0LL) + ")");
+  return lines;
+}
+
 // Where a histogram bucket label ("0", "(0.5,1]", ">16", "non-finite") sorts: by its lower bound.
 double bucket_order(const std::string& label) {
   if (label == "non-finite") return 1e300;
@@ -255,6 +274,7 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
     md << "## Fuzz\n\n";
     for (const FuzzReport& f : fuzz) {
       md << "- " << fuzz_headline(f) << "\n";
+      for (const std::string& line : fuzz_support(f.json)) md << "  - " << line << "\n";
       for (const std::string& line : fuzz_failures(f.json)) md << "  - " << line << "\n";
     }
     md << "\n";
@@ -317,6 +337,12 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
   }
   for (const FuzzReport& f : fuzz) {
     h << "<h2>Fuzz</h2><p>" << escape(fuzz_headline(f)) << "</p>\n";
+    const auto support = fuzz_support(f.json);
+    if (!support.empty()) {
+      h << "<h3>Not supported by the backend</h3><p>" << escape(support[0]) << "</p><ul>";
+      for (std::size_t i = 1; i < support.size(); ++i) h << "<li>" << escape(support[i]) << "</li>";
+      h << "</ul>\n";
+    }
     const auto failures = fuzz_failures(f.json);
     if (!failures.empty()) {
       h << "<h3 class='fail'>Failures</h3><ul>";

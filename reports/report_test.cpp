@@ -66,4 +66,18 @@ TEST(Report, SummaryAndPageShowBenchmarksFuzzCountsFailuresAndGate) {
   EXPECT_EQ(html.find("http"), html.find("http://www.w3.org/2000/svg"));  // no network references
 }
 
+TEST(Report, SummaryAndPageListWhatAPluginDeclined) {
+  const json fuzz = json::parse(R"({"cases": 100, "cases_per_second": 50, "backend": "plugin:p.so",
+    "support": {"combinations": 12, "supported_combinations": 9, "partly_supported_combinations": 1,
+                "declined_cases": 7, "not_supported": {"rope: THD with inverse": 7}}})");
+  const std::string md = markdown_summary({}, {{"fuzz.json", fuzz}}, nullptr);
+  EXPECT_NE(md.find("supported: 9 of 12 flag combinations seen (1 more in part); 7 cases not supported"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("  - rope: THD with inverse (7)"), std::string::npos) << md;
+  const std::string html = html_page({}, {{"fuzz.json", fuzz}}, nullptr);
+  EXPECT_NE(html.find("<li>rope: THD with inverse (7)</li>"), std::string::npos);
+  const json clean = json::parse(R"({"cases": 100, "support": {"combinations": 12, "declined_cases": 0}})");
+  EXPECT_EQ(markdown_summary({}, {{"fuzz.json", clean}}, nullptr).find("not supported"), std::string::npos);
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 #include "backends/case_run.h"
 
 #include "backends/device_backend.h"
+#include "backends/plugin_backend.h"
 #include "mlarope/error.h"
 #include "reference.h"
 
@@ -170,9 +171,11 @@ Backend find_backend(const std::string& name) {
   if (name == "host") return host_backend();
   if (name == "host-fast") return host_backend(0, HostMode::fast);
   if (name == "cuda") return cuda_backend();
+  if (name.rfind("plugin:", 0) == 0) return plugin_backend(name.substr(7));
   std::string known;
   for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
-  throw Error("--backend " + name + ": unknown backend (this build has: " + known + ")");
+  throw Error("--backend " + name + ": unknown backend (this build has: " + known +
+              ", and plugin:PATH for a kernel plugin)");
 }
 
 }  // namespace mlarope::harness

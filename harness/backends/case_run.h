@@ -9,9 +9,17 @@
 
 #include "io/case_file.h"
 #include "mlarope/backend.h"
+#include "mlarope/error.h"
 #include "mlarope/ops.h"
 
 namespace mlarope::harness {
+
+/// What a backend throws for a call it does not compute (a plugin declining a flag
+/// combination, or lacking an op): counted as not supported, never as a failure.
+class Unsupported : public Error {
+ public:
+  using Error::Error;
+};
 
 /// The primitives of one backend, called on host memory (a device backend copies in and out).
 struct Backend {
@@ -36,7 +44,8 @@ Backend reference_backend();
 
 /// The backends this build has, by name ("reference", "host", "cuda").
 std::vector<std::string> backend_names();
-/// The backend called `name`; throws mlarope::Error listing the known names otherwise.
+/// The backend called `name` ("plugin:PATH" loads a kernel plugin, plugin_backend.h); throws
+/// mlarope::Error listing the known names otherwise.
 Backend find_backend(const std::string& name);
 
 /// The Positions of a case, pointing into its arrays.

@@ -203,7 +203,9 @@ CheckResult adjoint_result(double lhs, double rhs, double tolerance, const std::
 }
 
 // Output `name` of the op of `c`: from the primary run when the case is that op, else a new run.
-bool side_output(CheckContext& ctx, const Case& side, const char* label, CaseOutputs& out, std::string& error) {
+// `unsupported` says why the backend declined the side run ("" when it ran it).
+bool side_output(CheckContext& ctx, const Case& side, const char* label, CaseOutputs& out,
+                 std::string& error, std::string& unsupported) {
   if (side.config.op == ctx.kase().config.op) {
     out = ctx.primary().outputs;
     error = ctx.primary().error;
@@ -211,8 +213,17 @@ bool side_output(CheckContext& ctx, const Case& side, const char* label, CaseOut
     RunResult r = ctx.run(side, side.config.in_place, Fill::poison_a, label);
     out = std::move(r.outputs);
     error = r.error;
+    unsupported = r.unsupported;
   }
-  return error.empty();
+  return error.empty() && unsupported.empty();
+}
+
+// The adjoint check's result when a side run did not run.
+CheckResult side_failed(const std::string& error, const std::string& unsupported) {
+  if (!unsupported.empty())
+    return skipped(CheckKind::adjoint, "not applicable: the backend declines the other direction (" +
+                                           unsupported + ")");
+  return failed(CheckKind::adjoint, "the backend threw: " + error);
 }
 
 CheckResult adjoint_rope(CheckContext& ctx) {
@@ -228,9 +239,10 @@ CheckResult adjoint_rope(CheckContext& ctx) {
   b.arrays["grad_out"] = input_or_random(c, "grad_out", !forward, own.shape, ctx.options().seed * 2 + 2);
   CaseOutputs fo, bo;
   std::string error;
-  if (!side_output(ctx, f, "the adjoint's rope run", fo, error) ||
-      !side_output(ctx, b, "the adjoint's rope_backward run", bo, error))
-    return failed(CheckKind::adjoint, "the backend threw: " + error);
+  std::string unsupported;
+  if (!side_output(ctx, f, "the adjoint's rope run", fo, error, unsupported) ||
+      !side_output(ctx, b, "the adjoint's rope_backward run", bo, error, unsupported))
+    return side_failed(error, unsupported);
   const DType dt = c.config.dtype;
   const npy::Array &x = f.arrays.at("t"), &y = b.arrays.at("grad_out");
   const npy::Array &fx = fo.arrays.at("out"), &by = bo.arrays.at("grad_t");
@@ -259,9 +271,10 @@ CheckResult adjoint_kv(CheckContext& ctx) {
   b.arrays["grad_value"] = input_or_random(c, "grad_value", !forward, with_last(rows, heads, k.v_dim), s + 4);
   CaseOutputs fo, bo;
   std::string error;
-  if (!side_output(ctx, f, "the adjoint's kv_split run", fo, error) ||
-      !side_output(ctx, b, "the adjoint's kv_split_backward run", bo, error))
-    return failed(CheckKind::adjoint, "the backend threw: " + error);
+  std::string unsupported;
+  if (!side_output(ctx, f, "the adjoint's kv_split run", fo, error, unsupported) ||
+      !side_output(ctx, b, "the adjoint's kv_split_backward run", bo, error, unsupported))
+    return side_failed(error, unsupported);
   const DType dt = k.dtype;
   const auto ft = f32_error_terms(f), bt = f32_error_terms(b);
   const npy::Array &gk = b.arrays.at("grad_key"), &gv = b.arrays.at("grad_value");
@@ -295,6 +308,9 @@ CheckResult check_round_trip(CheckContext& ctx) {
   std::swap(inverse.config.in_layout, inverse.config.out_layout);
   inverse.arrays[rope_input(k.op)] = first.outputs.arrays.at(rope_output(k.op));
   const RunResult second = ctx.run(inverse, k.in_place, Fill::poison_a, "the round trip's inverse run");
+  if (!second.unsupported.empty())
+    return skipped(CheckKind::round_trip, "not applicable: the backend declines the inverse (" +
+                                              second.unsupported + ")");
   if (!second.error.empty()) return failed(CheckKind::round_trip, "the inverse call threw: " + second.error);
   return RoundTripJudge(c, c.arrays.at(rope_input(k.op)), first.outputs.arrays.at(rope_output(k.op)),
                         second.outputs.arrays.at(rope_output(k.op)))

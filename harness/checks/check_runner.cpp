@@ -75,6 +75,7 @@ const RunResult& CheckContext::primary() {
 RunResult CheckContext::run(const Case& c, bool in_place, Fill poison, const std::string& label,
                             const Backend* backend) {
   RunResult r = run_strided(c, backend ? *backend : backend_, options_.layout, in_place, poison);
+  if (!r.unsupported.empty()) return r;  // declined: it wrote nothing, there is nothing to audit
   if (!in_place) saw_out_of_place_ = true;
   record(r.findings, label);
   return r;
@@ -140,6 +141,9 @@ CheckResult check_in_place(CheckContext& ctx) {
   const RunResult& p = ctx.primary();
   const RunResult other = ctx.run(c, other_mode, Fill::poison_b,
                                   other_mode ? "the in-place run" : "the out-of-place run");
+  if (!other.unsupported.empty())
+    return skipped(CheckKind::in_place, "not applicable: the backend declines the other form (" +
+                                            other.unsupported + ")");
   if (!p.error.empty() || !other.error.empty())
     return failed(CheckKind::in_place, "the backend threw: " + p.error + other.error);
   return compare_bitwise(c, p.outputs, other.outputs, CheckKind::in_place,
@@ -183,6 +187,10 @@ CheckReport run_checks(const Case& c, const Backend& backend, const CheckOptions
   using namespace detail;
   CheckContext ctx(c, backend, options);
   CheckReport report;
+  if (!ctx.primary().unsupported.empty()) {  // declined: nothing to check, nothing failed
+    report.unsupported = ctx.primary().unsupported;
+    return report;
+  }
   std::vector<CheckResult> results(kCheckCount);
   auto want = [&](CheckKind k) { return ctx.wants(k); };
   if (want(CheckKind::value)) results[int(CheckKind::value)] = check_value(ctx, report.histogram);

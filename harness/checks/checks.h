@@ -83,6 +83,8 @@ struct CheckReport {
   std::vector<CheckResult> results;  ///< one per check that was asked for, in table order
   UlpHistogram histogram;            ///< value errors of the primary run's outputs
   DeviceStatus status = kStatusOk;   ///< the primary run's status word (SPEC.md §5)
+  /// Why the backend declined the case ("" when it ran it): no check was run, none failed.
+  std::string unsupported;
 
   /// True when no check failed.
   bool ok() const;

@@ -331,6 +331,8 @@ RunResult run_strided(const Case& c, const Backend& backend, const LayoutPlan& p
   RunResult r;
   try {
     call.call(backend);
+  } catch (const Unsupported& e) {
+    r.unsupported = e.what();
   } catch (const std::exception& e) {
     r.error = e.what();
   }

@@ -98,7 +98,8 @@ struct RunFinding {
 struct RunResult {
   CaseOutputs outputs;
   std::vector<RunFinding> findings;
-  std::string error;  ///< what the backend threw, "" when it did not
+  std::string error;        ///< what the backend threw, "" when it did not
+  std::string unsupported;  ///< why the backend declined the call (Unsupported), "" when it ran
 };
 
 /// A case's call, laid out in guarded strided buffers. Build once, then load inputs, run or

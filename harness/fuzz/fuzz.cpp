@@ -48,6 +48,12 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
   st.counts["matrix"][std::string(to_string(s.op)) + ";" + std::string(to_string(s.layout)) + ";" +
                       std::string(to_string(s.dtype)) + ";" + layout_triple(s) + ";" +
                       std::to_string(s.cp_size)]++;
+  const std::string combination =
+      std::string(to_string(s.op)) + " " + std::string(to_string(s.layout)) + " " +
+      std::string(to_string(s.dtype)) + " " + layout_triple(s) + (s.inverse ? " inverse" : "") +
+      (s.in_place ? " in place" : "") + (s.cp_size > 1 ? " cp" : "");
+  st.combinations[combination][report.unsupported.empty() ? 0 : 1]++;
+  if (!report.unsupported.empty()) st.unsupported[report.unsupported]++;
   for (const CheckResult& r : report.results) st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
   st.ulps[std::string(to_string(s.dtype))].merge(report.histogram);
 }

@@ -70,6 +70,10 @@ struct FuzzStats {
   std::map<std::string, std::array<std::int64_t, 3>> checks;          ///< check -> pass, fail, skip
   std::map<std::string, UlpHistogram> ulps;                           ///< dtype -> value errors
   std::map<std::string, ModelTally> model;  ///< kernel -> the GPU model's tally (backend host)
+  /// Flag combination (op, layout, dtype, layout triple, inverse, in place, CP) -> cases the
+  /// backend ran, cases it declined (Unsupported).
+  std::map<std::string, std::array<std::int64_t, 2>> combinations;
+  std::map<std::string, std::int64_t> unsupported;  ///< the backend's reason -> declined cases
   std::vector<FuzzFailure> failures;
 
   /// Add the counts of another worker.

@@ -6,6 +6,26 @@
 #include "fuzz/fuzz.h"
 
 namespace mlarope::harness {
+namespace {
+
+// What a run saw of the backend's support: a combination is supported when every case of it ran.
+// Partly: some of its cases ran and some were declined (say, by their CP or offsets).
+struct SupportTally {
+  std::int64_t combinations = 0, supported_combinations = 0, partly_supported = 0, declined_cases = 0;
+};
+
+SupportTally support_tally(const FuzzStats& s) {
+  SupportTally t;
+  for (const auto& [combination, n] : s.combinations) {
+    ++t.combinations;
+    if (n[1] == 0) ++t.supported_combinations;
+    else if (n[0] > 0) ++t.partly_supported;
+    t.declined_cases += n[1];
+  }
+  return t;
+}
+
+}  // namespace
 
 void FuzzStats::merge(const FuzzStats& other) {
   cases += other.cases;
@@ -16,6 +36,9 @@ void FuzzStats::merge(const FuzzStats& other) {
     for (int i = 0; i < 3; ++i) checks[check][i] += n[i];
   for (const auto& [dtype, h] : other.ulps) ulps[dtype].merge(h);
   for (const auto& [kernel, t] : other.model) model[kernel].merge(t);
+  for (const auto& [combination, n] : other.combinations)
+    for (int i = 0; i < 2; ++i) combinations[combination][i] += n[i];
+  for (const auto& [reason, n] : other.unsupported) unsupported[reason] += n;
   failures.insert(failures.end(), other.failures.begin(), other.failures.end());
   std::sort(failures.begin(), failures.end(),
             [](const FuzzFailure& a, const FuzzFailure& b) { return a.index < b.index; });
@@ -51,6 +74,12 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
                      {"useful_bytes", t.useful_bytes}, {"warp_sector_bytes", t.warp_sector_bytes},
                      {"dram_bytes", t.dram_bytes}};
   if (!s.model.empty()) j["gpu_model"] = model;
+  const SupportTally support = support_tally(s);
+  j["support"] = {{"combinations", support.combinations},
+                  {"supported_combinations", support.supported_combinations},
+                  {"partly_supported_combinations", support.partly_supported},
+                  {"declined_cases", support.declined_cases},
+                  {"not_supported", s.unsupported}};
   nlohmann::json failures = nlohmann::json::array();
   for (const FuzzFailure& f : s.failures) {
     nlohmann::json fc = nlohmann::json::array();
@@ -88,6 +117,16 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
     }
     out << "\n";
   }
+  const SupportTally support = support_tally(s);
+  out << "  supported: " << support.supported_combinations << " of " << support.combinations
+      << " flag combinations seen";
+  if (support.partly_supported > 0) out << ", " << support.partly_supported << " more in part";
+  out << " (" << s.cases - support.declined_cases << " of " << s.cases << " cases ran)";
+  if (!s.unsupported.empty()) {
+    out << "; not supported (declined cases, counted apart from failures):";
+    for (const auto& [reason, n] : s.unsupported) out << "\n    " << reason << " (" << n << ")";
+  }
+  out << "\n";
   out << "  failing cases: " << s.failing_cases << "\n";
   for (std::size_t i = 0; i < s.failures.size() && i < 5; ++i) {
     const FuzzFailure& f = s.failures[i];

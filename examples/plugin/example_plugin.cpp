@@ -1,0 +1,151 @@
+// An example kernel plugin (include/mlarope/plugin.h): this repository's own host kernels
+// behind the C ABI, so that `mlarope fuzz --backend plugin:build/examples/libmlarope_example_plugin.so`
+// checks them through the ABI alone. Other builds of this file show the harness's other
+// answers (examples/CMakeLists.txt):
+//   MLAROPE_EXAMPLE_DECLINE_THD_INVERSE  declines THD calls with inverse: not supported, counted;
+//   MLAROPE_EXAMPLE_DROP_INVERSE         claims every call and ignores inverse: a failure;
+//   MLAROPE_EXAMPLE_ABI_VERSION=N        speaks another ABI version: refused when loaded.
+#include <exception>
+#include <string>
+
+#include "mlarope/backend.h"
+#include "mlarope/plugin.h"
+
+#ifndef MLAROPE_EXAMPLE_ABI_VERSION
+#define MLAROPE_EXAMPLE_ABI_VERSION MLAROPE_PLUGIN_ABI_VERSION
+#endif
+
+namespace {
+
+using namespace mlarope;
+
+thread_local std::string g_last_error;
+
+DType dtype_of(int32_t d) {
+  return d == MLAROPE_DTYPE_F16 ? DType::f16 : d == MLAROPE_DTYPE_BF16 ? DType::bf16 : DType::f32;
+}
+
+template <class Void>
+BasicTensorView<Void> view_of(const mlarope_tensor& t) {
+  BasicTensorView<Void> v;
+  v.data = static_cast<Void*>(t.data);
+  v.dtype = dtype_of(t.dtype);
+  v.rank = t.rank;
+  for (int i = 0; i < t.rank && i < kMaxRank; ++i) v.shape[i] = t.shape[i], v.strides[i] = t.strides[i];
+  return v;
+}
+
+IndexView index_of(const mlarope_index_array& a) {
+  return {a.data, a.type == MLAROPE_INDEX_I64 ? IndexType::i64 : IndexType::i32, a.size};
+}
+
+PairLayout pairs_of(int32_t l) { return l == MLAROPE_PAIRS_HALF ? PairLayout::half : PairLayout::interleaved; }
+
+Rotation rotation_of(const mlarope_call& c) {
+  Rotation r;
+  r.in_layout = pairs_of(c.in_layout);
+  r.out_layout = pairs_of(c.out_layout);
+  r.table_layout = pairs_of(c.table_layout);
+#if defined(MLAROPE_EXAMPLE_DROP_INVERSE)
+  r.inverse = false;  // the seed's bug: a fast path that quietly drops `inverse`
+#else
+  r.inverse = c.inverse != 0;
+#endif
+  r.cos = view_of<const void>(c.cos);
+  r.sin = view_of<const void>(c.sin);
+  return r;
+}
+
+Positions positions_of(const mlarope_call& c) {
+  Positions p;
+  p.layout = c.tokens == MLAROPE_TOKENS_THD ? TokenLayout::thd : TokenLayout::sbhd;
+  p.freq_mode = c.freq_mode == MLAROPE_FREQ_PACKED ? FreqMode::packed : FreqMode::per_sequence;
+  p.cp_size = c.cp_size;
+  p.cp_rank = c.cp_rank;
+  p.max_seqlen = c.max_seqlen;
+  p.cu_seqlens = index_of(c.cu_seqlens);
+  p.position_ids = index_of(c.position_ids);
+  p.seq_offsets = index_of(c.seq_offsets);
+  return p;
+}
+
+// Run `body` on a host stream; 0, or 1 with the message kept for last_error.
+template <class Body>
+int guarded(Body body) {
+  try {
+    Stream stream = Stream::host();
+    body(stream);
+    stream.synchronize();
+    return 0;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return 1;
+  }
+}
+
+int rope_entry(const mlarope_call* c) {
+  RopeArgs a;
+  a.nope_dim = c->nope_dim;
+  a.emb_dim = c->emb_dim;
+  a.rotation = rotation_of(*c);
+  a.positions = positions_of(*c);
+  a.status = c->status;
+  const bool backward = c->op == MLAROPE_OP_ROPE_BACKWARD;
+  return guarded([&](Stream& s) {
+    const TensorView out = view_of<void>(c->outputs[0]);
+    if (c->in_place && backward) return rope_backward_inplace({out, a}, s);
+    if (c->in_place) return rope_inplace({out, a}, s);
+    const ConstTensorView in = view_of<const void>(c->inputs[0]);
+    if (backward) return rope_backward({in, out, a}, s);
+    rope({in, out, a}, s);
+  });
+}
+
+KvSplitArgs kv_args(const mlarope_call& c) {
+  KvSplitArgs a;
+  a.k_dim = c.k_dim;
+  a.v_dim = c.v_dim;
+  a.emb_dim = c.emb_dim;
+  a.rotation = rotation_of(c);
+  a.positions = positions_of(c);
+  a.status = c.status;
+  return a;
+}
+
+int kv_split_entry(const mlarope_call* c) {
+  return guarded([&](Stream& s) {
+    kv_split({view_of<const void>(c->inputs[0]), view_of<const void>(c->inputs[1]),
+              view_of<void>(c->outputs[0]), view_of<void>(c->outputs[1]), kv_args(*c)}, s);
+  });
+}
+
+int kv_split_backward_entry(const mlarope_call* c) {
+  return guarded([&](Stream& s) {
+    kv_split_backward({view_of<const void>(c->inputs[0]), view_of<const void>(c->inputs[1]),
+                       view_of<void>(c->outputs[0]), view_of<void>(c->outputs[1]), kv_args(*c)}, s);
+  });
+}
+
+int supports(const mlarope_call* c, const char** reason) {
+#if defined(MLAROPE_EXAMPLE_DECLINE_THD_INVERSE)
+  if (c->tokens == MLAROPE_TOKENS_THD && c->inverse) {
+    *reason = "THD with inverse";
+    return 0;
+  }
+#endif
+  (void)c;
+  (void)reason;
+  return 1;
+}
+
+const char* last_error() { return g_last_error.c_str(); }
+
+const mlarope_plugin kPlugin = {sizeof(mlarope_plugin), MLAROPE_EXAMPLE_ABI_VERSION, MLAROPE_EXAMPLE_NAME,
+                                MLAROPE_MEMORY_HOST, 0, &supports, &rope_entry, &kv_split_entry,
+                                &kv_split_backward_entry, &last_error};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const mlarope_plugin* mlarope_plugin_entry(void) {
+  return &kPlugin;
+}

@@ -1,0 +1,194 @@
+// A kernel plugin (include/mlarope/plugin.h) as a harness Backend: the library is opened once,
+// its ABI checked, and each call translated into an mlarope_call.
+#include "backends/plugin_backend.h"
+
+#include <dlfcn.h>
+
+#include <memory>
+#include <string>
+
+#include "mlarope/error.h"
+#include "mlarope/plugin.h"
+#include "mlarope/validate.h"
+
+namespace mlarope::harness {
+namespace {
+
+int32_t abi_dtype(DType d) {
+  switch (d) {
+    case DType::f16: return MLAROPE_DTYPE_F16;
+    case DType::bf16: return MLAROPE_DTYPE_BF16;
+    default: return MLAROPE_DTYPE_F32;
+  }
+}
+
+int32_t abi_pairs(PairLayout l) {
+  return l == PairLayout::half ? MLAROPE_PAIRS_HALF : MLAROPE_PAIRS_INTERLEAVED;
+}
+
+template <class Void>
+mlarope_tensor abi_tensor(const BasicTensorView<Void>& v) {
+  mlarope_tensor t{};
+  t.data = const_cast<void*>(static_cast<const void*>(v.data));
+  t.dtype = abi_dtype(v.dtype);
+  t.rank = v.rank;
+  for (int i = 0; i < v.rank && i < 4; ++i) t.shape[i] = v.shape[i], t.strides[i] = v.strides[i];
+  return t;
+}
+
+mlarope_index_array abi_index(const IndexView& v) {
+  mlarope_index_array a{};
+  a.data = v.data;
+  a.type = v.type == IndexType::i64 ? MLAROPE_INDEX_I64 : MLAROPE_INDEX_I32;
+  a.size = v.size;
+  return a;
+}
+
+// The fields every call shares: rotation, positions, status.
+void fill_shared(mlarope_call& c, const Rotation& r, const Positions& p, DeviceStatus* status) {
+  c.struct_size = sizeof(mlarope_call);
+  c.memory = MLAROPE_MEMORY_HOST;
+  c.in_layout = abi_pairs(r.in_layout);
+  c.out_layout = abi_pairs(r.out_layout);
+  c.table_layout = abi_pairs(r.table_layout);
+  c.inverse = r.inverse ? 1 : 0;
+  c.cos = abi_tensor(r.cos);
+  c.sin = abi_tensor(r.sin);
+  c.tokens = p.layout == TokenLayout::thd ? MLAROPE_TOKENS_THD : MLAROPE_TOKENS_SBHD;
+  c.freq_mode = p.freq_mode == FreqMode::packed ? MLAROPE_FREQ_PACKED : MLAROPE_FREQ_PER_SEQUENCE;
+  c.cp_size = p.cp_size;
+  c.cp_rank = p.cp_rank;
+  c.max_seqlen = p.max_seqlen;
+  c.cu_seqlens = abi_index(p.cu_seqlens);
+  c.position_ids = abi_index(p.position_ids);
+  c.seq_offsets = abi_index(p.seq_offsets);
+  c.status = status;
+}
+
+mlarope_call rope_family_call(int32_t op, bool in_place, const ConstTensorView& in, const TensorView& out,
+                              const RopeArgs& a) {
+  mlarope_call c{};
+  fill_shared(c, a.rotation, a.positions, a.status);
+  c.op = op;
+  c.in_place = in_place ? 1 : 0;
+  c.inputs[0] = abi_tensor(in);
+  c.outputs[0] = abi_tensor(out);
+  c.nope_dim = a.nope_dim;
+  c.emb_dim = a.emb_dim;
+  return c;
+}
+
+mlarope_call kv_call(int32_t op, const ConstTensorView& in0, const ConstTensorView& in1,
+                     const TensorView& out0, const TensorView& out1, const KvSplitArgs& a) {
+  mlarope_call c{};
+  fill_shared(c, a.rotation, a.positions, a.status);
+  c.op = op;
+  c.inputs[0] = abi_tensor(in0);
+  c.inputs[1] = abi_tensor(in1);
+  c.outputs[0] = abi_tensor(out0);
+  c.outputs[1] = abi_tensor(out1);
+  c.emb_dim = a.emb_dim;
+  c.k_dim = a.k_dim;
+  c.v_dim = a.v_dim;
+  return c;
+}
+
+const char* op_name(int32_t op) {
+  switch (op) {
+    case MLAROPE_OP_ROPE: return "rope";
+    case MLAROPE_OP_ROPE_BACKWARD: return "rope_backward";
+    case MLAROPE_OP_KV_SPLIT: return "kv_split";
+    default: return "kv_split_backward";
+  }
+}
+
+// The opened library and its table; the library stays open while a Backend refers to it.
+struct Library {
+  std::string path;
+  void* handle = nullptr;
+  const mlarope_plugin* table = nullptr;
+  ~Library() {
+    if (handle) dlclose(handle);
+  }
+};
+
+// Run `call` through `entry`: Unsupported when the plugin declines it or lacks the op, Error
+// (with the plugin's own message) when the call fails.
+void run(const Library& lib, int (*entry)(const mlarope_call*), const mlarope_call& call) {
+  const std::string what = std::string(op_name(call.op)) + (call.in_place ? " in place" : "");
+  if (entry == nullptr) throw Unsupported(what + " is not provided by plugin " + lib.table->name);
+  const char* reason = nullptr;
+  if (lib.table->supports && lib.table->supports(&call, &reason) == 0)
+    throw Unsupported(what + ": " + (reason ? reason : "declined by the plugin"));
+  if (entry(&call) != 0) {
+    const char* message = lib.table->last_error ? lib.table->last_error() : nullptr;
+    throw Error("plugin " + std::string(lib.table->name) + ", " + what + " failed: " +
+                (message ? message : "(no message: last_error is NULL)"));
+  }
+}
+
+std::shared_ptr<Library> open_library(const std::string& path) {
+  auto lib = std::make_shared<Library>();
+  lib->path = path;
+  lib->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib->handle == nullptr) {
+    const char* why = dlerror();
+    throw Error("--backend plugin:" + path + ": cannot load the library (" + (why ? why : "dlopen failed") + ")");
+  }
+  void* symbol = dlsym(lib->handle, MLAROPE_PLUGIN_ENTRY);
+  if (symbol == nullptr)
+    throw Error("--backend plugin:" + path + ": the library has no symbol " MLAROPE_PLUGIN_ENTRY
+                " (see include/mlarope/plugin.h)");
+  const auto entry = reinterpret_cast<mlarope_plugin_entry_fn>(symbol);
+  lib->table = entry();
+  const mlarope_plugin* t = lib->table;
+  if (t == nullptr) throw Error("--backend plugin:" + path + ": " MLAROPE_PLUGIN_ENTRY " returned NULL");
+  if (t->abi_version != MLAROPE_PLUGIN_ABI_VERSION)
+    throw Error("--backend plugin:" + path + ": ABI version " + std::to_string(t->abi_version) +
+                ", this harness speaks version " + std::to_string(MLAROPE_PLUGIN_ABI_VERSION));
+  if (t->struct_size < sizeof(mlarope_plugin))
+    throw Error("--backend plugin:" + path + ": mlarope_plugin of " + std::to_string(t->struct_size) +
+                " bytes, version 1 has " + std::to_string(sizeof(mlarope_plugin)));
+  if (t->name == nullptr) throw Error("--backend plugin:" + path + ": mlarope_plugin.name is NULL");
+  if (t->memory != MLAROPE_MEMORY_HOST)
+    throw Error("--backend plugin:" + path + ": plugin " + t->name +
+                " wants CUDA memory; this version of the harness runs host-memory plugins only");
+  return lib;
+}
+
+}  // namespace
+
+Backend plugin_backend(const std::string& path) {
+  const std::shared_ptr<Library> lib = open_library(path);
+  const mlarope_plugin* t = lib->table;
+  Backend b;
+  b.name = std::string("plugin:") + t->name;
+  b.rope = [lib, t](const RopeCall& c) {
+    validate(c);
+    run(*lib, t->rope, rope_family_call(MLAROPE_OP_ROPE, false, c.t, c.out, c.args));
+  };
+  b.rope_inplace = [lib, t](const RopeInplaceCall& c) {
+    validate(c);
+    run(*lib, t->rope, rope_family_call(MLAROPE_OP_ROPE, true, c.t, c.t, c.args));
+  };
+  b.rope_backward = [lib, t](const RopeBackwardCall& c) {
+    validate(c);
+    run(*lib, t->rope, rope_family_call(MLAROPE_OP_ROPE_BACKWARD, false, c.grad_out, c.grad_t, c.args));
+  };
+  b.rope_backward_inplace = [lib, t](const RopeBackwardInplaceCall& c) {
+    validate(c);
+    run(*lib, t->rope, rope_family_call(MLAROPE_OP_ROPE_BACKWARD, true, c.grad, c.grad, c.args));
+  };
+  b.kv_split = [lib, t](const KvSplitCall& c) {
+    validate(c);
+    run(*lib, t->kv_split, kv_call(MLAROPE_OP_KV_SPLIT, c.kv, c.k_pe, c.key, c.value, c.args));
+  };
+  b.kv_split_backward = [lib, t](const KvSplitBackwardCall& c) {
+    validate(c);
+    run(*lib, t->kv_split_backward,
+        kv_call(MLAROPE_OP_KV_SPLIT_BACKWARD, c.grad_key, c.grad_value, c.grad_kv, c.grad_k_pe, c.args));
+  };
+  return b;
+}
+
+}  // namespace mlarope::harness
