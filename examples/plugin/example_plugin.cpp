@@ -4,7 +4,9 @@
 // answers (examples/CMakeLists.txt):
 //   MLAROPE_EXAMPLE_DECLINE_THD_INVERSE  declines THD calls with inverse: not supported, counted;
 //   MLAROPE_EXAMPLE_DROP_INVERSE         claims every call and ignores inverse: a failure;
-//   MLAROPE_EXAMPLE_ABI_VERSION=N        speaks another ABI version: refused when loaded.
+//   MLAROPE_EXAMPLE_ABI_VERSION=N        speaks another ABI version: refused when loaded;
+//   MLAROPE_EXAMPLE_CUDA                 takes CUDA memory and runs the CUDA kernels (each call
+//                                        on a stream of its own, finished before it returns).
 #include <exception>
 #include <string>
 
@@ -73,7 +75,11 @@ Positions positions_of(const mlarope_call& c) {
 template <class Body>
 int guarded(Body body) {
   try {
+#if defined(MLAROPE_EXAMPLE_CUDA)
+    Stream stream = Stream::cuda();
+#else
     Stream stream = Stream::host();
+#endif
     body(stream);
     stream.synchronize();
     return 0;
@@ -140,8 +146,14 @@ int supports(const mlarope_call* c, const char** reason) {
 
 const char* last_error() { return g_last_error.c_str(); }
 
+#if defined(MLAROPE_EXAMPLE_CUDA)
+constexpr int32_t kMemory = MLAROPE_MEMORY_CUDA;
+#else
+constexpr int32_t kMemory = MLAROPE_MEMORY_HOST;
+#endif
+
 const mlarope_plugin kPlugin = {sizeof(mlarope_plugin), MLAROPE_EXAMPLE_ABI_VERSION, MLAROPE_EXAMPLE_NAME,
-                                MLAROPE_MEMORY_HOST, 0, &supports, &rope_entry, &kv_split_entry,
+                                kMemory, 0, &supports, &rope_entry, &kv_split_entry,
                                 &kv_split_backward_entry, &last_error};
 
 }  // namespace

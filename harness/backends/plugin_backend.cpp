@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/device_mirror.h"
 #include "mlarope/error.h"
 #include "mlarope/plugin.h"
 #include "mlarope/validate.h"
@@ -150,43 +151,96 @@ std::shared_ptr<Library> open_library(const std::string& path) {
     throw Error("--backend plugin:" + path + ": mlarope_plugin of " + std::to_string(t->struct_size) +
                 " bytes, version 1 has " + std::to_string(sizeof(mlarope_plugin)));
   if (t->name == nullptr) throw Error("--backend plugin:" + path + ": mlarope_plugin.name is NULL");
-  if (t->memory != MLAROPE_MEMORY_HOST)
+  if (t->memory != MLAROPE_MEMORY_HOST && t->memory != MLAROPE_MEMORY_CUDA)
+    throw Error("--backend plugin:" + path + ": mlarope_plugin.memory is " + std::to_string(t->memory) +
+                ", neither MLAROPE_MEMORY_HOST nor MLAROPE_MEMORY_CUDA");
+  if (t->memory == MLAROPE_MEMORY_CUDA && !cuda_device_available())
     throw Error("--backend plugin:" + path + ": plugin " + t->name +
-                " wants CUDA memory; this version of the harness runs host-memory plugins only");
+                " takes CUDA memory, and no CUDA device is available here");
   return lib;
+}
+
+// A loaded plugin, and for a CUDA-memory plugin the stream its calls are given.
+struct Plugin {
+  std::shared_ptr<Library> lib;
+  std::shared_ptr<Stream> stream;  ///< null for a host-memory plugin
+};
+
+// The views of a call as the plugin takes them: the host views, or device copies (DeviceMirror).
+struct Placer {
+  DeviceMirror* mirror = nullptr;
+  template <class Void>
+  BasicTensorView<Void> operator()(const BasicTensorView<Void>& v, bool output) const {
+    return mirror ? mirror->mirror(v, output) : v;
+  }
+  template <class Args>
+  Args args(const Args& a) const {
+    return mirror ? mirror->mirror_args(a) : a;
+  }
+};
+
+// Run the call that `build(placer)` makes through `entry`: on the host views, or (a CUDA-memory
+// plugin) on device copies, on the plugin's stream, with the outputs copied back after it.
+template <class Build>
+void run_placed(const Plugin& p, int (*entry)(const mlarope_call*), Build build) {
+  if (!p.stream) return run(*p.lib, entry, build(Placer{}));
+  DeviceMirror mirror;
+  mlarope_call call = build(Placer{&mirror});
+  call.memory = MLAROPE_MEMORY_CUDA;
+  call.stream = p.stream->native_handle();
+  run(*p.lib, entry, call);
+  p.stream->synchronize();
+  mirror.copy_back();
 }
 
 }  // namespace
 
 Backend plugin_backend(const std::string& path) {
-  const std::shared_ptr<Library> lib = open_library(path);
-  const mlarope_plugin* t = lib->table;
+  Plugin p{open_library(path), nullptr};
+  const mlarope_plugin* t = p.lib->table;
+  if (t->memory == MLAROPE_MEMORY_CUDA) p.stream = std::make_shared<Stream>(Stream::cuda());
   Backend b;
   b.name = std::string("plugin:") + t->name;
-  b.rope = [lib, t](const RopeCall& c) {
-    validate(c);
-    run(*lib, t->rope, rope_family_call(MLAROPE_OP_ROPE, false, c.t, c.out, c.args));
+  b.rope = [p, t](const RopeCall& c) {
+    validate(c);  // on the host views, as the caller gave them
+    run_placed(p, t->rope, [&](const Placer& at) {
+      return rope_family_call(MLAROPE_OP_ROPE, false, at(c.t, false), at(c.out, true), at.args(c.args));
+    });
   };
-  b.rope_inplace = [lib, t](const RopeInplaceCall& c) {
+  b.rope_inplace = [p, t](const RopeInplaceCall& c) {
     validate(c);
-    run(*lib, t->rope, rope_family_call(MLAROPE_OP_ROPE, true, c.t, c.t, c.args));
+    run_placed(p, t->rope, [&](const Placer& at) {
+      const TensorView v = at(c.t, true);
+      return rope_family_call(MLAROPE_OP_ROPE, true, v, v, at.args(c.args));
+    });
   };
-  b.rope_backward = [lib, t](const RopeBackwardCall& c) {
+  b.rope_backward = [p, t](const RopeBackwardCall& c) {
     validate(c);
-    run(*lib, t->rope, rope_family_call(MLAROPE_OP_ROPE_BACKWARD, false, c.grad_out, c.grad_t, c.args));
+    run_placed(p, t->rope, [&](const Placer& at) {
+      return rope_family_call(MLAROPE_OP_ROPE_BACKWARD, false, at(c.grad_out, false), at(c.grad_t, true),
+                              at.args(c.args));
+    });
   };
-  b.rope_backward_inplace = [lib, t](const RopeBackwardInplaceCall& c) {
+  b.rope_backward_inplace = [p, t](const RopeBackwardInplaceCall& c) {
     validate(c);
-    run(*lib, t->rope, rope_family_call(MLAROPE_OP_ROPE_BACKWARD, true, c.grad, c.grad, c.args));
+    run_placed(p, t->rope, [&](const Placer& at) {
+      const TensorView v = at(c.grad, true);
+      return rope_family_call(MLAROPE_OP_ROPE_BACKWARD, true, v, v, at.args(c.args));
+    });
   };
-  b.kv_split = [lib, t](const KvSplitCall& c) {
+  b.kv_split = [p, t](const KvSplitCall& c) {
     validate(c);
-    run(*lib, t->kv_split, kv_call(MLAROPE_OP_KV_SPLIT, c.kv, c.k_pe, c.key, c.value, c.args));
+    run_placed(p, t->kv_split, [&](const Placer& at) {
+      return kv_call(MLAROPE_OP_KV_SPLIT, at(c.kv, false), at(c.k_pe, false), at(c.key, true),
+                     at(c.value, true), at.args(c.args));
+    });
   };
-  b.kv_split_backward = [lib, t](const KvSplitBackwardCall& c) {
+  b.kv_split_backward = [p, t](const KvSplitBackwardCall& c) {
     validate(c);
-    run(*lib, t->kv_split_backward,
-        kv_call(MLAROPE_OP_KV_SPLIT_BACKWARD, c.grad_key, c.grad_value, c.grad_kv, c.grad_k_pe, c.args));
+    run_placed(p, t->kv_split_backward, [&](const Placer& at) {
+      return kv_call(MLAROPE_OP_KV_SPLIT_BACKWARD, at(c.grad_key, false), at(c.grad_value, false),
+                     at(c.grad_kv, true), at(c.grad_k_pe, true), at.args(c.args));
+    });
   };
   return b;
 }

@@ -84,7 +84,11 @@ typedef struct mlarope_plugin {
   uint32_t struct_size; /* sizeof(mlarope_plugin) of the plugin */
   uint32_t abi_version; /* MLAROPE_PLUGIN_ABI_VERSION */
   const char* name;     /* shown in reports */
-  int32_t memory;       /* MLAROPE_MEMORY_*: where the plugin wants its tensors */
+  /* MLAROPE_MEMORY_*: where the plugin wants its tensors. CUDA: the harness copies each call's
+   * tensors to device memory (each at its host address's offset modulo 256, so misalignment is
+   * kept) and passes a cudaStream_t; when the call returns, its work must be complete or
+   * enqueued on that stream. */
+  int32_t memory;
   int32_t reserved;
   /* 1: the plugin computes this call; 0: it does not, and *reason (a static string) says
    * why, e.g. "THD with inverse". NULL: every call of the ops below is supported. */
