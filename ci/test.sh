@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up, build, and run every test through CTest (Release build, CUDA compiled when nvcc is
 # there); then the tests again in an AddressSanitizer + UndefinedBehaviorSanitizer build of the
-# host side, and a fuzz slice in that build; then a short fuzz, the benchmark smoke set and the
-# report with the regression gate.
-# MLAROPE_SKIP_SANITIZE=1 skips the sanitizer build, MLAROPE_SKIP_EXTRA=1 the fuzz/bench/report.
+# host side, and a fuzz slice in that build; the Python package (pip install . and its tests);
+# then a short fuzz, the benchmark smoke set and the report with the regression gate.
+# MLAROPE_SKIP_SANITIZE=1 skips the sanitizer build, MLAROPE_SKIP_EXTRA=1 the fuzz/bench/report,
+# MLAROPE_SKIP_PYTHON=1 the Python package (ci/python-test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS=0
@@ -11,6 +12,10 @@ trap 'echo "test: finished after ${SECONDS} s"' EXIT
 bash ci/setup.sh
 bash ci/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+if [ "${MLAROPE_SKIP_PYTHON:-0}" != 1 ]; then
+  echo "test: the Python package (pip install ., pytest), at ${SECONDS} s"
+  bash ci/python-test.sh
+fi
 if [ "${MLAROPE_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "test: sanitizer build (ASan + UBSan, no CUDA, no benchmarks), at ${SECONDS} s"
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo bash ci/build.sh -DMLAROPE_SANITIZE=ON -DMLAROPE_CUDA=OFF -DMLAROPE_BENCH=OFF

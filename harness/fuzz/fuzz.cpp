@@ -139,7 +139,7 @@ void show_progress(std::ostream& out, bool tty, std::int64_t cases, std::int64_t
 FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   if (o.jobs < 1 || o.jobs > 256) throw Error("--jobs " + std::to_string(o.jobs) + ": expected 1..256");
   if (o.size < 0) throw Error("--size " + std::to_string(o.size) + ": expected >= 0");
-  props::resolve_backend(o.backend);  // an unknown name fails before anything is written
+  if (!o.make_backend) props::resolve_backend(o.backend);  // an unknown name fails before anything is written
   std::error_code ec;
   fs::create_directories(o.out, ec);
   if (ec || !fs::is_directory(o.out)) throw Error("--out " + o.out.string() + ": cannot create the directory");
@@ -155,8 +155,9 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.seconds));
   std::vector<Worker> workers;
   for (int j = 0; j < options.jobs; ++j)
-    workers.push_back(Worker{options, props::resolve_backend(options.backend), gen, next, done,
-                             failing, dirs, deadline, timed, {}});
+    workers.push_back(Worker{options,
+                             options.make_backend ? options.make_backend() : props::resolve_backend(options.backend),
+                             gen, next, done, failing, dirs, deadline, timed, {}});
   std::vector<std::thread> threads;
   for (Worker& w : workers) threads.emplace_back([&w] { w.run(); });
   const double period = tty ? 0.25 : 5.0;

@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "io/case_file.h"
+#include <functional>
+
+#include "backends/case_run.h"
 #include "checks/checks.h"
+#include "io/case_file.h"
 
 namespace mlarope::harness {
 
@@ -28,6 +31,9 @@ struct FuzzOptions {
   int size = 100;            ///< generator size (properties::kDefaultSize)
   int jobs = 1;              ///< worker threads
   std::int64_t max_failure_dirs = 20;  ///< failure directories written at most
+  /// Optional: makes each worker's backend instead of resolving `backend` by name (the Python
+  /// package's callable backends); `backend` is then only the name shown.
+  std::function<Backend()> make_backend;
 };
 
 /// One failing case.

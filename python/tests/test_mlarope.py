@@ -1,0 +1,104 @@
+"""The Python package, as a kernel developer uses it (run by ci/python-test.sh after
+`pip install .`): the reference on NumPy arrays, and mlarope.fuzz on kernels written in NumPy."""
+import os
+
+import numpy as np
+import pytest
+
+import mlarope
+from numpy_backend import NumpyRope
+from readme_example import MyRope
+
+
+def rotate_half(t, cos, sin, nope, inverse=False):
+    """SPEC.md's rope for half/half/half layouts, row s on table row s, in float64."""
+    half = (t.shape[-1] - nope) // 2
+    sg = -1.0 if inverse else 1.0
+    c, s = cos[:, None, None, :].astype(np.float64), sin[:, None, None, :].astype(np.float64)
+    x = t.astype(np.float64)
+    u, v = x[..., nope:nope + half], x[..., nope + half:]
+    return np.concatenate([x[..., :nope], u * c[..., :half] - sg * v * s[..., :half],
+                           v * c[..., half:] + sg * u * s[..., half:]], axis=-1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_reference_rope_on_numpy_arrays(dtype, inverse):
+    rng = np.random.default_rng(1)
+    t = rng.standard_normal((5, 2, 3, 24)).astype(dtype)
+    cos, sin = rng.standard_normal((5, 16)).astype(np.float32), rng.standard_normal((5, 16)).astype(np.float32)
+    out, status = mlarope.rope(t, cos, sin, nope_dim=8, emb_dim=16, in_layout="half", inverse=inverse)
+    assert status == 0 and out.dtype == dtype and out.shape == t.shape
+    expected = rotate_half(t, cos, sin, 8, inverse).astype(dtype)  # rounded once, as SPEC says
+    assert np.array_equal(out[..., :8], t[..., :8])  # the nope part is copied bit for bit
+    np.testing.assert_allclose(out.astype(np.float64), expected.astype(np.float64),
+                               rtol=0, atol=float(np.finfo(dtype).eps) * 8)
+
+
+def test_reference_reads_strided_views_without_copying():
+    rng = np.random.default_rng(2)
+    wide = rng.standard_normal((4, 1, 2, 40)).astype(np.float32)
+    t = wide[..., 4:28]  # a view with a gap after each head
+    cos, sin = np.ones((4, 16), np.float32), np.zeros((4, 16), np.float32)
+    out, _ = mlarope.rope(t, cos, sin, nope_dim=8, emb_dim=16, in_layout="half")
+    assert np.array_equal(out, t)  # the identity table: every element as it was
+
+
+def test_kv_split_and_its_backward_on_the_reference():
+    rng = np.random.default_rng(3)
+    kv = rng.standard_normal((3, 1, 4, 12)).astype(np.float32)
+    k_pe = rng.standard_normal((3, 1, 1, 8)).astype(np.float32)
+    cos, sin = np.ones((3, 8), np.float32), np.zeros((3, 8), np.float32)
+    key, value, status = mlarope.kv_split(kv, k_pe, cos, sin, k_dim=5, v_dim=7, emb_dim=8)
+    assert status == 0 and key.shape == (3, 1, 4, 13) and value.shape == (3, 1, 4, 7)
+    assert np.array_equal(key[..., :5], kv[..., :5]) and np.array_equal(value, kv[..., 5:])
+    deinterleaved = np.concatenate([k_pe[..., 0::2], k_pe[..., 1::2]], axis=-1)  # interleaved in, half out
+    assert np.array_equal(key[..., 5:], np.broadcast_to(deinterleaved, (3, 1, 4, 8)))
+    grad_kv, grad_k_pe, _ = mlarope.kv_split_backward(key, value, cos, sin, k_dim=5, v_dim=7, emb_dim=8,
+                                                      in_layout="half")
+    assert grad_kv.shape == (3, 1, 4, 12) and grad_k_pe.shape == (3, 1, 1, 8)
+    np.testing.assert_allclose(grad_k_pe[:, :, 0], key[..., 5:].sum(axis=2), rtol=1e-6)
+
+
+def test_bad_input_is_a_named_error():
+    t = np.zeros((2, 1, 1, 8), np.float32)
+    with pytest.raises(mlarope.Error, match="emb_dim"):
+        mlarope.rope(t, np.ones((2, 7), np.float32), np.ones((2, 7), np.float32), nope_dim=1, emb_dim=7)
+
+
+def test_a_numpy_kernel_fuzzes_clean_and_the_declined_calls_are_counted(tmp_path):
+    result = mlarope.fuzz(NumpyRope(), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+    assert result["failing_cases"] == 0
+    assert "not supported (declined cases" in result["summary"]
+    assert "rope: only SBHD f32 rope" in result["summary"]
+    assert os.path.exists(tmp_path / "fuzz.json")
+
+
+def test_a_kernel_that_drops_inverse_fails_with_a_loadable_repro(tmp_path):
+    with pytest.raises(mlarope.FuzzFailure) as failure:
+        mlarope.fuzz(NumpyRope(drop_inverse=True), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+    first = failure.value.result["failures"][0]
+    assert "repro: " + first["dir"] in str(failure.value)
+    config, arrays = mlarope.load_case(first["dir"])
+    assert config["op"] == "rope" and {"t", "cos", "sin"} <= set(arrays)  # inverse, or its round trip
+
+
+def test_a_python_exception_is_a_failing_case_with_its_traceback(tmp_path):
+    with pytest.raises(mlarope.FuzzFailure, match="broken on purpose") as failure:
+        mlarope.fuzz(NumpyRope(raise_on_call=True), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+    assert "Traceback (most recent call last)" in str(failure.value)
+
+
+class WritesItsInput(NumpyRope):
+    def rope(self, call):
+        call.inputs[0][...] = 0  # inputs are read-only views: NumPy refuses
+
+
+def test_a_kernel_writing_its_input_fails(tmp_path):
+    with pytest.raises(mlarope.FuzzFailure, match="read-only"):
+        mlarope.fuzz(WritesItsInput(), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+
+
+def test_the_readme_example_fuzzes_clean(tmp_path):
+    result = mlarope.fuzz(MyRope(), ops=["rope"], cases=20000, out=str(tmp_path), quiet=True)
+    assert result["failing_cases"] == 0 and "rope: not my kernel's case" in result["summary"]
