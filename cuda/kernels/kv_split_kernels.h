@@ -189,8 +189,7 @@ MLAROPE_HD MLAROPE_INLINE void store_grad_k_pe_chunk(const PairRotation& r, T* g
 template <class T, int kPairs>
 struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
   struct Shared {
-    float u[kKvSumSlots][kPairs];
-    float v[kKvSumSlots][kPairs];
+    SharedChunks<kPairs, kKvSumSlots> partial;  ///< slot group x chunks + chunk
   };
 
   MLAROPE_HD static std::int64_t chunks(const KvSplitBackwardKernelArgs& a) {
@@ -227,13 +226,7 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
                                             const T* grad_key, std::int64_t groups, Shared& s) {
     for (std::int64_t n = g.thread; n < groups * chunks(a); n += g.num_threads) {
       const std::int64_t group = quotient(n, chunks(a));
-      const PairChunk<kPairs> x =
-          group_sum<T, kPairs>(a, grad_key, (n - group * chunks(a)) * kPairs, group, groups);
-      MLAROPE_UNROLL
-      for (int j = 0; j < kPairs; ++j) {
-        shared_store(&s.u[n][j], x.u[j]);
-        shared_store(&s.v[n][j], x.v[j]);
-      }
+      s.partial.store(n, group_sum<T, kPairs>(a, grad_key, (n - group * chunks(a)) * kPairs, group, groups));
     }
   }
 
@@ -241,20 +234,9 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
   MLAROPE_HD static PairChunk<kPairs> added_partial_sums(const KvSplitBackwardKernelArgs& a,
                                                          std::int64_t c, std::int64_t groups,
                                                          Shared& s) {
-    PairChunk<kPairs> sum = slot(s, c);
-    for (std::int64_t group = 1; group < groups; ++group) add_pairs(sum, slot(s, group * chunks(a) + c));
+    PairChunk<kPairs> sum = s.partial.load(c);
+    for (std::int64_t group = 1; group < groups; ++group) add_pairs(sum, s.partial.load(group * chunks(a) + c));
     return sum;
-  }
-
-  /// The partial sum in slot n.
-  MLAROPE_HD static PairChunk<kPairs> slot(Shared& s, std::int64_t n) {
-    PairChunk<kPairs> x;
-    MLAROPE_UNROLL
-    for (int j = 0; j < kPairs; ++j) {
-      x.u[j] = shared_load(&s.u[n][j]);
-      x.v[j] = shared_load(&s.v[n][j]);
-    }
-    return x;
   }
 };
 

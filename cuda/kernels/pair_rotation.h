@@ -31,6 +31,31 @@ struct PairChunk {
   float v[kPairs];
 };
 
+/// kSlots pair chunks in a block's shared memory (the Shared of a phased body), read and
+/// written through shared_load / shared_store, which the GPU model checks.
+template <int kPairs, std::int64_t kSlots>
+struct SharedChunks {
+  float u[kSlots][kPairs];
+  float v[kSlots][kPairs];
+
+  MLAROPE_HD void store(std::int64_t n, const PairChunk<kPairs>& x) {
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) {
+      shared_store(&u[n][j], x.u[j]);
+      shared_store(&v[n][j], x.v[j]);
+    }
+  }
+  MLAROPE_HD PairChunk<kPairs> load(std::int64_t n) {
+    PairChunk<kPairs> x;
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) {
+      x.u[j] = shared_load(&u[n][j]);
+      x.v[j] = shared_load(&v[n][j]);
+    }
+    return x;
+  }
+};
+
 /// Per pair: out_u = u * cos_u + v * p, out_v = v * cos_v + u * q (SPEC.md §3 and §4).
 /// Forward: p = -sg s[tu], q = sg s[tv]. Adjoint: p = sg s[tv], q = -sg s[tu].
 template <int kPairs>

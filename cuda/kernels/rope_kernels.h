@@ -176,8 +176,7 @@ struct RopeStagedRounds {
   using Args = RopeKernelArgs;
   static constexpr int kPairs = kVectorPairs<T>;
   struct Shared {
-    float u[kStagedChunks][kPairs];
-    float v[kStagedChunks][kPairs];
+    SharedChunks<kPairs, kStagedChunks> staged;  ///< the round's chunks, as read
   };
 
   MLAROPE_HD static std::int64_t chunks(const RopeKernelArgs& a) { return a.emb_dim / 2 / kPairs; }
@@ -238,13 +237,8 @@ struct RopeStagedRounds {
     for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
       const std::int64_t head = quotient(n, chunks(a));
       const std::int64_t first = (n - head * chunks(a)) * kPairs;
-      const PairChunk<kPairs> x = load_pairs<T, kPairs>(staged + head * a.out.head_stride,
-                                                        a.rotation.read_layout, half_dim, first);
-      MLAROPE_UNROLL
-      for (int j = 0; j < kPairs; ++j) {
-        shared_store(&s.u[n][j], x.u[j]);
-        shared_store(&s.v[n][j], x.v[j]);
-      }
+      s.staged.store(n, load_pairs<T, kPairs>(staged + head * a.out.head_stride,
+                                              a.rotation.read_layout, half_dim, first));
     }
   }
 
@@ -258,12 +252,7 @@ struct RopeStagedRounds {
     for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
       const std::int64_t head = quotient(n, chunks(a));
       const std::int64_t first = (n - head * chunks(a)) * kPairs;
-      PairChunk<kPairs> held;
-      MLAROPE_UNROLL
-      for (int j = 0; j < kPairs; ++j) {
-        held.u[j] = shared_load(&s.u[n][j]);
-        held.v[j] = shared_load(&s.v[n][j]);
-      }
+      const PairChunk<kPairs> held = s.staged.load(n);
       const PairCoefficients<kPairs> coefficients =
           load_coefficients<kPairs>(a.rotation, freq_row, half_dim, first);
       store_pairs<T, kPairs>(slices + (first_head + head) * a.out.head_stride,
