@@ -24,6 +24,8 @@ only in .gpu-deps/prefix (bash ci/gpu-deps.sh makes it), then runs, each step un
   synccheck         synccheck, over block_sum_cuda_test and the cases: the kernels that use
                     shared memory or barriers (the staged in-place rope kernel)
   cuda-bench        cuda_bench --graph (smoke set, short), with the copy-floor counters
+  megatron-fused    megatron-core's fused MLA Triton kernels fuzzed through adapters/megatron
+                    (the Python module built for the device's python3; needs torch and triton)
   report            mlarope report over the fuzz and benchmark JSON
 Everything lands in OUT_DIR as two files: gpu-check.tar.gz (every log, the JSON, the report)
 and summary.txt (one line per step: name, status, seconds, last line of its log). The exit
@@ -101,6 +103,8 @@ device_step racecheck 60 step_shared_memory racecheck
 device_step synccheck 60 step_shared_memory synccheck
 # The CUDA benchmarks, graph mode, smoke set.
 device_step cuda-bench 120 step_cuda_bench
+# Megatron's fused MLA Triton kernels, fuzzed through the adapter (findings: their repro dirs).
+device_step megatron-fused $((fuzz_seconds + 150)) step_megatron_fused
 # The report over what the steps wrote.
 run_step report 60 step_report
 

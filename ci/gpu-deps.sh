@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source ci/gpu-prefix.sh
 packages=(libeigen3-dev librapidcheck-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libbenchmark1debian libcli11-dev nlohmann-json3-dev)
+          libbenchmark1debian libcli11-dev nlohmann-json3-dev pybind11-dev libdlpack-dev)
 cases_source=${MLAROPE_CASES_SOURCE:-../shared/cases/megatron}
 
 # Download the packages (no install, no root needed) and unpack them into the prefix.
@@ -37,6 +37,23 @@ copy_cases() {
   rm -rf "$gpu_cases"
   cp -r "$cases_source" "$gpu_cases"
   echo "cases $(ls -d "$gpu_cases"/case_* | wc -l) from $(cd "$cases_source" && pwd)" >>"$gpu_deps/MANIFEST"
+}
+
+# Megatron's RoPE sources (adapters/megatron), from the pinned, hash-checked wheel: only the
+# files the adapters load, unpacked into .gpu-deps/python (a namespace package; no __init__ runs).
+copy_megatron() {
+  local wheels
+  wheels=$(mktemp -d)
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    --require-hashes -r adapters/megatron/requirements.txt -d "$wheels"
+  rm -rf "$gpu_deps/python"
+  mkdir -p "$gpu_deps/python"
+  (cd "$gpu_deps/python" && python3 -m zipfile -e "$wheels"/megatron_core-*.whl . &&
+     find megatron -type f ! -path 'megatron/core/models/common/embeddings/*.py' \
+       ! -path 'megatron/core/fusions/fused_mla_yarn_rope_apply.py' -delete &&
+     find megatron -type d -empty -delete)
+  echo "megatron $(ls "$wheels") ($(find "$gpu_deps/python" -name '*.py' | wc -l) files)" >>"$gpu_deps/MANIFEST"
+  rm -rf "$wheels"
 }
 
 # A throwaway CMake project that finds every package the build needs with the prefix-only
@@ -72,6 +89,7 @@ EOF
 unpack_packages
 prune_prefix
 copy_cases
+copy_megatron
 verify_prefix
 size=$(du -sh "$gpu_deps" | cut -f1)
 echo "size $size" >>"$gpu_deps/MANIFEST"

@@ -195,6 +195,27 @@ step_fuzz() {
   return "$rc"
 }
 
+# megatron-core's fused MLA Triton kernels through adapters/megatron: the Python module built
+# for the device's python3 (pybind11 from the prefix, no CUDA in it), Megatron's sources from
+# .gpu-deps/python, torch and triton from the device. Failing cases are findings: their repro
+# directories come back in the tarball (megatron-fused/failures).
+step_megatron_fused() {
+  local python rc
+  python=$(command -v python3) || fail "megatron-fused: no python3" || return 1
+  "$python" -c "import torch, triton; assert torch.cuda.is_available()" ||
+    fail "megatron-fused: python3 lacks torch with CUDA, or triton" || return 1
+  cmake -S . -B build-gpu-python -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAROPE_PYTHON=ON -DMLAROPE_CUDA=OFF \
+        -DMLAROPE_TESTS=OFF -DMLAROPE_BENCH=OFF -DPython3_EXECUTABLE="$python" "${prefix_only[@]}" || return 1
+  cmake --build build-gpu-python -j "$jobs" --target _mlarope || return 1
+  PYTHONPATH=$PWD/build-gpu-python/python:$gpu_deps/python "$python" adapters/megatron/fuzz_megatron.py \
+    --backend fused --seconds "$fuzz_seconds" --out "$logs/megatron-fused" | tee "$logs/megatron-fused.out"
+  rc=${PIPESTATUS[0]}
+  grep -oE 'mlarope fuzz: [0-9]+ cases in [0-9.]+ s' "$logs/megatron-fused.out" ||
+    fail "megatron-fused: the fuzz did not run (rc $rc)" || return 1
+  echo "megatron-fused: $(grep -oE 'supported: .* cases ran\)' "$logs/megatron-fused.out"), $(grep -oE 'failing cases: [0-9]+' "$logs/megatron-fused.out")"
+  return "$rc"
+}
+
 # The Megatron cases (float64 answers) on every backend, from MLAROPE_CASES_DIR.
 step_megatron_cases() {
   local filter='*' backends=3 read_from

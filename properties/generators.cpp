@@ -109,15 +109,18 @@ Gen<harness::LayoutPlan> plan(bool broadcast) {
 
 Gen<PairLayout> pair_layout() { return any_of<PairLayout>({PairLayout::interleaved, PairLayout::half}); }
 
-Gen<DType> dtype() { return any_of<DType>({DType::f32, DType::bf16, DType::f16}); }
+// Table dtypes: f32 60% of the time when all three are allowed, else uniform.
+Gen<DType> table_dtype(const std::vector<DType>& allowed) {
+  if (allowed.size() == 3) return pick<DType>({{60, DType::f32}, {20, DType::bf16}, {20, DType::f16}});
+  return any_of(allowed);
+}
 
 Gen<CaseSpec> head(const GenOptions& o) {
   return gen::build<CaseSpec>(
       gen::set(&CaseSpec::op, any_of(o.ops)),
       gen::set(&CaseSpec::layout, any_of(o.layouts)),
-      gen::set(&CaseSpec::dtype, dtype()),
-      gen::set(&CaseSpec::table_dtype,
-               pick<DType>({{60, DType::f32}, {20, DType::bf16}, {20, DType::f16}})),
+      gen::set(&CaseSpec::dtype, any_of(o.dtypes)),
+      gen::set(&CaseSpec::table_dtype, table_dtype(o.table_dtypes)),
       gen::set(&CaseSpec::heads, heads()), gen::set(&CaseSpec::nope_dim, nope_dim()),
       gen::set(&CaseSpec::emb_dim, emb_dim()), gen::set(&CaseSpec::k_dim, kv_dim()),
       gen::set(&CaseSpec::v_dim, kv_dim()), gen::set(&CaseSpec::cp_size, cp_size(o.cp_sizes)),
@@ -233,6 +236,9 @@ CaseSpec finish(CaseSpec s, const Rows& r, const GenOptions& o, I limit) {
     s.out_layout = o.triple->out_layout;
     s.table_layout = o.triple->table_layout;
   }
+  if (o.in_layout) s.in_layout = *o.in_layout;
+  if (o.out_layout) s.out_layout = *o.out_layout;
+  if (o.table_layout) s.table_layout = *o.table_layout;
   s.cp_rank = r.cp_rank % s.cp_size;
   s.position_ids = s.position_ids && o.position_ids;
   s.seq_offsets = s.seq_offsets && o.seq_offsets;

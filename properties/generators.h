@@ -23,7 +23,10 @@ struct GenOptions {
   std::vector<TokenLayout> layouts = {TokenLayout::sbhd, TokenLayout::thd};
   std::vector<std::int64_t> cp_sizes = {1, 2, 3, 4, 8};  ///< 1 is drawn half of the time
   std::vector<TableKind> table_kinds = {TableKind::unit, TableKind::mscale, TableKind::random};
+  std::vector<DType> dtypes = {DType::f32, DType::bf16, DType::f16};        ///< activations
+  std::vector<DType> table_dtypes = {DType::f32, DType::bf16, DType::f16};  ///< f32 60% when all three
   std::optional<LayoutTriple> triple;  ///< fixed layouts; any when empty
+  std::optional<PairLayout> in_layout, out_layout, table_layout;  ///< each fixed on its own
   bool in_place = true;       ///< rope ops may be in place
   bool position_ids = true;   ///< THD may have position ids
   bool seq_offsets = true;    ///< may have seq_offsets

@@ -104,6 +104,10 @@ TEST(Cli, MalformedInputsGiveOneLineErrors) {
       "fuzz --seconds -1",
       "fuzz --cases 1 --backend nonsense",
       "fuzz --cases 1 --out /proc/forbidden",
+      "fuzz --cases 1 --dtypes f32,f64",
+      "fuzz --cases 1 --table-dtypes half",
+      "fuzz --cases 1 --layouts half/half",
+      "fuzz --cases 1 --layouts half/sideways/*",
       "nonsense",
       "",
   };
@@ -127,6 +131,26 @@ TEST(Cli, FuzzWritesItsReport) {
   for (const char* key : {"layout", "dtype", "triple", "cp_size"}) EXPECT_TRUE(j["counts"].contains(key)) << key;
   EXPECT_EQ(j["checks"]["value"]["pass"], 60);
   EXPECT_TRUE(j["ulp_histograms"].contains("f32"));
+}
+
+// --dtypes, --table-dtypes and --no-in-place narrow what is drawn, and fuzz.json says so.
+TEST(Cli, FuzzDrawsOnlyTheDtypesAsked) {
+  TempDir tmp;
+  const fs::path out = tmp.path() / "fuzz";
+  const Result r = mlarope("fuzz --cases 200 --seed 4 --backend reference --ops rope --dtypes bf16,bf16 "
+                           "--table-dtypes f16,f32 --no-in-place --layouts interleaved/half/* --out " +
+                           out.string(), tmp);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(out / "fuzz.json"));
+  EXPECT_EQ(j["counts"]["dtype"], nlohmann::json({{"bf16", 200}}));
+  EXPECT_EQ(j["counts"]["table_dtype"].size(), 2u);  // both asked for, and only those
+  EXPECT_FALSE(j["counts"]["table_dtype"].contains("bf16"));
+  EXPECT_EQ(j["counts"]["in_place"], nlohmann::json({{"false", 200}}));
+  EXPECT_EQ(j["dtypes"], nlohmann::json({"bf16"}));
+  EXPECT_EQ(j["in_place"], false);
+  for (const auto& [triple, n] : j["counts"]["triple"].items())  // the table layout still varies
+    EXPECT_TRUE(triple == "interleaved/half/half" || triple == "interleaved/half/interleaved") << triple;
+  EXPECT_EQ(j["counts"]["triple"].size(), 2u);
 }
 
 TEST(Cli, RunStillWorks) {

@@ -229,7 +229,7 @@ int check_command(const CheckCommandOptions& o) {
 
 struct FuzzCommandOptions {
   FuzzOptions fuzz;
-  std::vector<std::string> ops;
+  std::vector<std::string> ops, dtypes, table_dtypes;
   std::string out = "fuzz-out";
 };
 
@@ -241,6 +241,8 @@ Op parse_op_name(const std::string& name) {
 
 int fuzz_command(FuzzCommandOptions o) {
   for (const std::string& name : o.ops) o.fuzz.ops.push_back(parse_op_name(name));
+  for (const std::string& name : o.dtypes) o.fuzz.dtypes.push_back(parse_dtype(name, "--dtypes"));
+  for (const std::string& name : o.table_dtypes) o.fuzz.table_dtypes.push_back(parse_dtype(name, "--table-dtypes"));
   o.fuzz.out = o.out;
   const bool tty = isatty(fileno(stdout)) != 0;
   const FuzzStats stats = run_fuzz(o.fuzz, std::cout, tty);
@@ -295,6 +297,11 @@ void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
   cmd->add_option("--seed", f.seed, "seed of the run")->capture_default_str();
   cmd->add_option("--backend", f.backend, known_backends())->capture_default_str();
   cmd->add_option("--ops", fuzz.ops, "ops to draw (comma separated; default all)")->delimiter(',');
+  cmd->add_option("--dtypes", fuzz.dtypes, "activation dtypes to draw (f32,bf16,f16; default all)")->delimiter(',');
+  cmd->add_option("--table-dtypes", fuzz.table_dtypes, "table dtypes to draw (default all)")->delimiter(',');
+  cmd->add_flag("!--no-in-place", f.in_place, "draw no in-place calls (for a backend without them)");
+  cmd->add_option("--layouts", f.layouts, "pair layouts to draw, IN/OUT/TABLE, each half, interleaved or * "
+                                          "(e.g. interleaved/half/*)");
   cmd->add_option("--out", fuzz.out, "output directory")->capture_default_str();
   cmd->add_option("--size", f.size, "generator size: 100 gives the default distributions, more "
                                     "allows more rows per case")->capture_default_str()->check(CLI::Range(0, 100000));

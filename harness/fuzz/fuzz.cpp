@@ -2,6 +2,7 @@
 // depend on the number of workers; each worker keeps its own stats, merged at the end.
 #include "fuzz/fuzz.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +30,23 @@ std::uint64_t case_seed(std::uint64_t seed, std::int64_t index) {
 
 namespace {
 
+// "IN/OUT/TABLE" (each half, interleaved or *) into the generator's fixed layouts.
+void set_layouts(props::GenOptions& gen, const std::string& layouts) {
+  if (layouts.empty()) return;
+  std::vector<std::string> parts;
+  std::string::size_type start = 0, slash;
+  while ((slash = layouts.find('/', start)) != std::string::npos) {
+    parts.push_back(layouts.substr(start, slash - start));
+    start = slash + 1;
+  }
+  parts.push_back(layouts.substr(start));
+  if (parts.size() != 3)
+    throw Error("layouts '" + layouts + "': expected IN/OUT/TABLE, each half, interleaved or *");
+  std::optional<PairLayout>* slots[] = {&gen.in_layout, &gen.out_layout, &gen.table_layout};
+  for (int i = 0; i < 3; ++i)
+    if (parts[i] != "*") *slots[i] = parse_pair_layout(parts[i], "layouts");
+}
+
 std::string layout_triple(const props::CaseSpec& s) {
   return std::string(to_string(s.in_layout)) + "/" + std::string(to_string(s.out_layout)) + "/" +
          std::string(to_string(s.table_layout));
@@ -39,6 +57,7 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
   st.counts["op"][std::string(to_string(s.op))]++;
   st.counts["layout"][std::string(to_string(s.layout))]++;
   st.counts["dtype"][std::string(to_string(s.dtype))]++;
+  st.counts["table_dtype"][std::string(to_string(s.table_dtype))]++;
   st.counts["triple"][layout_triple(s)]++;
   st.counts["cp_size"][std::to_string(s.cp_size)]++;
   st.counts["values"][std::string(to_string(s.values))]++;
@@ -150,6 +169,14 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   if (timed && options.seconds <= 0) options.seconds = 60;
   props::GenOptions gen;
   gen.ops = options.ops;
+  for (auto* list : {&options.dtypes, &options.table_dtypes}) {  // each dtype once, in enum order
+    std::sort(list->begin(), list->end());
+    list->erase(std::unique(list->begin(), list->end()), list->end());
+  }
+  if (!options.dtypes.empty()) gen.dtypes = options.dtypes;
+  if (!options.table_dtypes.empty()) gen.table_dtypes = options.table_dtypes;
+  gen.in_place = options.in_place;
+  set_layouts(gen, options.layouts);
   std::atomic<std::int64_t> next{0}, done{0}, failing{0}, dirs{0};
   const Clock::time_point start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.seconds));

@@ -27,6 +27,10 @@ struct FuzzOptions {
   std::uint64_t seed = 1;    ///< case i is drawn from a seed derived from (seed, i)
   std::string backend = "reference";
   std::vector<Op> ops;       ///< empty: every op
+  std::vector<DType> dtypes;        ///< activation dtypes drawn; empty: all three
+  std::vector<DType> table_dtypes;  ///< table dtypes drawn; empty: all three
+  bool in_place = true;             ///< rope ops may be drawn in place
+  std::string layouts;              ///< "IN/OUT/TABLE" pair layouts drawn, each half, interleaved or *
   std::filesystem::path out = "fuzz-out";
   int size = 100;            ///< generator size (properties::kDefaultSize)
   int jobs = 1;              ///< worker threads

@@ -53,6 +53,15 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   nlohmann::json ops = nlohmann::json::array();
   for (Op op : o.ops) ops.push_back(to_string(op));
   j["ops"] = ops;
+  auto names = [](const std::vector<DType>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (DType d : v) a.push_back(to_string(d));
+    return a;
+  };
+  if (!o.dtypes.empty()) j["dtypes"] = names(o.dtypes);
+  if (!o.table_dtypes.empty()) j["table_dtypes"] = names(o.table_dtypes);
+  if (!o.in_place) j["in_place"] = false;
+  if (!o.layouts.empty()) j["layouts"] = o.layouts;
   j["seconds"] = s.seconds;
   j["cases"] = s.cases;
   j["cases_per_second"] = s.rate();

@@ -2,11 +2,12 @@
 
 The C++ library is the one implementation; this package adapts it.
 
-Reference ops (NumPy arrays, or anything ``numpy.asarray`` views without a copy, such as
-PyTorch CPU tensors through ``.numpy()``; bf16 as uint16 arrays of raw bits with
-``dtype="bf16"``)::
+Reference ops on NumPy arrays or DLPack tensors (PyTorch CPU tensors, bf16 included), read
+in place without a copy; NumPy results, bf16 as uint16 arrays of raw bits (pass such arrays
+with ``dtype="bf16"``, tables with ``table_dtype="bf16"``)::
 
     out, status = mlarope.rope(t, cos, sin, nope_dim=0, emb_dim=64)
+    cos, sin = mlarope.yarn_tables(4096, 64, scaling_factor=40.0, mscale=1.0, mscale_all_dim=1.0)
 
 Fuzzing a kernel written in Python: a backend is any object with some of the methods
 ``rope(call)`` (rope and rope_backward, ``call.op``), ``kv_split(call)`` and
@@ -29,7 +30,7 @@ from . import _mlarope
 from ._mlarope import Error
 
 __all__ = ["Error", "FuzzFailure", "rope", "rope_backward", "kv_split", "kv_split_backward",
-           "fuzz", "load_case"]
+           "yarn_tables", "fuzz", "check", "load_case"]
 
 
 class FuzzFailure(AssertionError):
@@ -40,73 +41,128 @@ class FuzzFailure(AssertionError):
         self.result = result
 
 
+def _host(x, name: str):
+    """(NumPy array, is_bf16) of ``x`` without a copy: a NumPy array as it is; a DLPack tensor
+    (``__dlpack__``: PyTorch CPU tensors, any framework's host tensors) through its capsule,
+    bf16 as uint16 bits; anything else through ``numpy.asarray``."""
+    if x is None or isinstance(x, _np.ndarray):
+        return x, False
+    if hasattr(x, "__dlpack__"):
+        return tuple(_mlarope._from_dlpack(x.__dlpack__(), name))
+    return _np.asarray(x), False
+
+
 def _common(cos, sin, in_layout, out_layout, table_layout, inverse, layout, freq_mode,
-            cp_size, cp_rank, max_seqlen, cu_seqlens, position_ids, seq_offsets, dtype):
+            cp_size, cp_rank, max_seqlen, cu_seqlens, position_ids, seq_offsets, dtype, table_dtype):
     c = _mlarope._Common()
-    c.cos, c.sin = _np.asarray(cos), _np.asarray(sin)
+    (c.cos, cos_bf16), (c.sin, sin_bf16) = _host(cos, "cos"), _host(sin, "sin")
     c.in_layout, c.out_layout, c.table_layout = in_layout, out_layout, table_layout
     c.inverse, c.layout, c.freq_mode = bool(inverse), layout, freq_mode
     c.cp_size, c.cp_rank, c.max_seqlen = int(cp_size), int(cp_rank), int(max_seqlen)
-    c.cu_seqlens = None if cu_seqlens is None else _np.asarray(cu_seqlens)
-    c.position_ids = None if position_ids is None else _np.asarray(position_ids)
-    c.seq_offsets = None if seq_offsets is None else _np.asarray(seq_offsets)
+    c.cu_seqlens = _host(cu_seqlens, "cu_seqlens")[0]
+    c.position_ids = _host(position_ids, "position_ids")[0]
+    c.seq_offsets = _host(seq_offsets, "seq_offsets")[0]
     c.dtype = dtype or ""
+    c.table_dtype = table_dtype or ("bf16" if cos_bf16 and sin_bf16 else "")
     return c
+
+
+def _activations(*xs):
+    """The arrays of the op's tensor arguments, and "bf16" when they came as bf16 tensors."""
+    hosts = [_host(x, name) for name, x in xs]
+    return [a for a, _ in hosts], ("bf16" if all(b for _, b in hosts) else None)
 
 
 def rope(t, cos, sin, *, nope_dim: int, emb_dim: int, in_layout: str = "interleaved",
          out_layout: str = "half", table_layout: str = "half", inverse: bool = False,
          layout: str = "sbhd", freq_mode: str = "per_sequence", cp_size: int = 1, cp_rank: int = 0,
          max_seqlen: int = 0, cu_seqlens=None, position_ids=None, seq_offsets=None,
-         dtype: str | None = None):
-    """SPEC.md's rope on the reference: ``(out, status)``; t is SBHD [S, B, H, D] or THD [T, H, D]."""
+         dtype: str | None = None, table_dtype: str | None = None):
+    """SPEC.md's rope on the reference: ``(out, status)``; t is SBHD [S, B, H, D] or THD [T, H, D].
+
+    Tensors are NumPy arrays or DLPack tensors (PyTorch CPU tensors), read without a copy; the
+    result is a new NumPy array (``torch.from_numpy(out)``; bf16 as uint16 bits).
+    """
+    (x,), bf16 = _activations(("t", t))
     c = _common(cos, sin, in_layout, out_layout, table_layout, inverse, layout, freq_mode,
-                cp_size, cp_rank, max_seqlen, cu_seqlens, position_ids, seq_offsets, dtype)
-    out, status = _mlarope._rope(False, _np.asarray(t), nope_dim, emb_dim, c)
+                cp_size, cp_rank, max_seqlen, cu_seqlens, position_ids, seq_offsets, dtype or bf16, table_dtype)
+    out, status = _mlarope._rope(False, x, nope_dim, emb_dim, c)
     return out, status
 
 
 def rope_backward(grad_out, cos, sin, *, nope_dim: int, emb_dim: int, **kwargs):
     """SPEC.md's rope_backward (the adjoint) on the reference: ``(grad_t, status)``."""
-    c = _common(cos, sin, *_options(kwargs))
-    return tuple(_mlarope._rope(True, _np.asarray(grad_out), nope_dim, emb_dim, c))
+    (x,), bf16 = _activations(("grad_out", grad_out))
+    c = _common(cos, sin, *_options(kwargs, bf16))
+    return tuple(_mlarope._rope(True, x, nope_dim, emb_dim, c))
 
 
 def kv_split(kv, k_pe, cos, sin, *, k_dim: int, v_dim: int, emb_dim: int, **kwargs):
     """SPEC.md's kv_split on the reference: ``(key, value, status)``."""
-    c = _common(cos, sin, *_options(kwargs))
-    return tuple(_mlarope._kv(False, _np.asarray(kv), _np.asarray(k_pe), k_dim, v_dim, emb_dim, c))
+    (x0, x1), bf16 = _activations(("kv", kv), ("k_pe", k_pe))
+    c = _common(cos, sin, *_options(kwargs, bf16))
+    return tuple(_mlarope._kv(False, x0, x1, k_dim, v_dim, emb_dim, c))
 
 
 def kv_split_backward(grad_key, grad_value, cos, sin, *, k_dim: int, v_dim: int, emb_dim: int, **kwargs):
     """SPEC.md's kv_split_backward on the reference: ``(grad_kv, grad_k_pe, status)``."""
-    c = _common(cos, sin, *_options(kwargs))
-    return tuple(_mlarope._kv(True, _np.asarray(grad_key), _np.asarray(grad_value), k_dim, v_dim, emb_dim, c))
+    (x0, x1), bf16 = _activations(("grad_key", grad_key), ("grad_value", grad_value))
+    c = _common(cos, sin, *_options(kwargs, bf16))
+    return tuple(_mlarope._kv(True, x0, x1, k_dim, v_dim, emb_dim, c))
+
+
+def yarn_tables(rows: int, emb_dim: int, *, rotary_base: float = 10000.0, scaling_factor: float = 1.0,
+                original_max_position_embeddings: float = 4096.0, beta_fast: float = 32.0,
+                beta_slow: float = 1.0, mscale: float = 1.0, mscale_all_dim: float = 0.0,
+                offset: int = 0, table_layout: str = "half", dtype: str = "f32",
+                concentration: float | None = None):
+    """SPEC.md's yarn_tables on the reference: ``(cos, sin)``, each ``[rows, emb_dim]``.
+
+    Rows are positions ``offset .. offset + rows - 1``; the parameters are Megatron's
+    ``YarnRotaryEmbedding``'s (correction range rounded to integers, its default), and
+    ``concentration`` overrides its factor ``mscale(s, mscale) / mscale(s, mscale_all_dim)``.
+    Computed in double and rounded once to ``dtype`` ("f32", "f16", or "bf16" as uint16 bits).
+    """
+    p = _mlarope._YarnParams()
+    p.rotary_base, p.scaling_factor = float(rotary_base), float(scaling_factor)
+    p.original_max_position_embeddings = float(original_max_position_embeddings)
+    p.beta_fast, p.beta_slow = float(beta_fast), float(beta_slow)
+    p.mscale, p.mscale_all_dim = float(mscale), float(mscale_all_dim)
+    p.concentration_override = float("nan") if concentration is None else float(concentration)
+    return tuple(_mlarope._yarn(int(rows), int(emb_dim), p, int(offset), table_layout, dtype))
 
 
 _OPTION_DEFAULTS = dict(in_layout="interleaved", out_layout="half", table_layout="half", inverse=False,
                         layout="sbhd", freq_mode="per_sequence", cp_size=1, cp_rank=0, max_seqlen=0,
-                        cu_seqlens=None, position_ids=None, seq_offsets=None, dtype=None)
+                        cu_seqlens=None, position_ids=None, seq_offsets=None, dtype=None, table_dtype=None)
 
 
-def _options(kwargs: dict) -> list:
+def _options(kwargs: dict, bf16) -> list:
     unknown = set(kwargs) - set(_OPTION_DEFAULTS)
     if unknown:
         raise TypeError(f"unknown keyword arguments: {sorted(unknown)}")
-    return [kwargs.get(k, v) for k, v in _OPTION_DEFAULTS.items()]
+    values = dict(_OPTION_DEFAULTS, **kwargs)
+    values["dtype"] = values["dtype"] or bf16
+    return list(values.values())
 
 
-def fuzz(backend, *, seconds: float = 0.0, cases: int = 0, seed: int = 1, ops=None,
-         out: str = "fuzz-out", size: int = 100, quiet: bool = False) -> dict:
+def fuzz(backend, *, seconds: float = 0.0, cases: int = 0, seed: int = 1, ops=None, dtypes=None,
+         table_dtypes=None, in_place: bool = True, layouts: str = "", out: str = "fuzz-out",
+         size: int = 100, quiet: bool = False) -> dict:
     """Random cases through every check against ``backend`` (see the module docstring).
 
-    Stops after ``seconds`` or ``cases`` (60 s when neither is given). Writes ``out/fuzz.json``
+    Stops after ``seconds`` or ``cases`` (60 s when neither is given). ``ops``, ``dtypes``
+    (activations), ``table_dtypes`` (each of "f32", "bf16", "f16"), ``in_place=False`` and
+    ``layouts`` ("IN/OUT/TABLE", each "half", "interleaved" or "*") narrow what is drawn to what
+    a backend provides, so that more of the budget runs; what is still
+    declined is counted as not supported. Writes ``out/fuzz.json``
     and each failing case under ``out/failures/``. Returns a dict (cases, failing_cases,
     summary, failures); raises FuzzFailure naming the first failing case's directory and how
     to load it when any case fails.
     """
-    result = _mlarope._fuzz(backend, float(seconds), int(cases), int(seed), list(ops or []), str(out),
-                            int(size), bool(quiet))
+    result = _mlarope._fuzz(backend, float(seconds), int(cases), int(seed), list(ops or []),
+                            list(dtypes or []), list(table_dtypes or []), bool(in_place), str(layouts),
+                            str(out), int(size), bool(quiet))
     if result["failing_cases"]:
         first = result["failures"][0]
         checks = "; ".join(f"{check}: {message}" for check, message in first["checks"])
@@ -114,6 +170,15 @@ def fuzz(backend, *, seconds: float = 0.0, cases: int = 0, seed: int = 1, ops=No
             f"{result['failing_cases']} of {result['cases']} cases failed; first: {first['description']}\n"
             f"  {checks}\n  repro: {first['dir']} (mlarope.load_case({first['dir']!r}) loads it)", result)
     return result
+
+
+def check(backend, case_dir: str) -> dict:
+    """Every check of DESIGN.md on one case directory (a fuzz repro replays with its checks.json).
+
+    Returns ``{"ok": bool, "unsupported": reason or None, "results": [(check, outcome, line)],
+    "status": device status word}``; ``ok`` is False when a check failed.
+    """
+    return _mlarope._check(backend, str(case_dir))
 
 
 def load_case(path: str):

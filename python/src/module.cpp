@@ -2,11 +2,13 @@
 // (and anything NumPy can view through the buffer protocol, e.g. PyTorch CPU tensors via
 // .numpy()), without copying the inputs, and the fuzzer with a backend made of Python
 // callables. The C++ harness is the one implementation; this file only adapts.
+#include <dlpack/dlpack.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -98,6 +100,53 @@ PairLayout pair_layout(const std::string& s) {
 }
 const char* name_of(PairLayout l) { return l == PairLayout::half ? "half" : "interleaved"; }
 
+// ---- DLPack (PyTorch and other frameworks' tensors), zero-copy ---------------------------
+
+// Keeps a consumed DLManagedTensor alive while a NumPy view of it lives; its deleter runs after.
+struct DlpackOwner {
+  DLManagedTensor* tensor;
+  ~DlpackOwner() {
+    if (tensor && tensor->deleter) tensor->deleter(tensor);
+  }
+};
+
+// The NumPy dtype of a DLPack dtype, and whether it is bf16 (shown as uint16 bits).
+py::dtype numpy_dtype(const DLDataType& t, bool* bf16) {
+  *bf16 = false;
+  if (t.lanes == 1) {
+    if (t.code == kDLFloat && t.bits == 32) return py::dtype::of<float>();
+    if (t.code == kDLFloat && t.bits == 16) return py::dtype("float16");
+    if (t.code == kDLBfloat && t.bits == 16) return *bf16 = true, py::dtype::of<std::uint16_t>();
+    if (t.code == kDLInt && t.bits == 32) return py::dtype::of<std::int32_t>();
+    if (t.code == kDLInt && t.bits == 64) return py::dtype::of<std::int64_t>();
+  }
+  throw Error("DLPack dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
+              std::to_string(t.lanes) + " lanes): expected float32, float16, bfloat16, int32 or int64");
+}
+
+// A NumPy view (no copy) of a host tensor's DLPack capsule; (array, is_bf16). The capsule is
+// consumed as the protocol says: renamed "used_dltensor", its deleter run when the view dies.
+py::tuple from_dlpack(py::capsule capsule, const std::string& name) {
+  if (std::strcmp(capsule.name(), "dltensor") != 0)
+    throw Error(name + ": not an unconsumed DLPack capsule (" + std::string(capsule.name()) + ")");
+  auto* managed = capsule.get_pointer<DLManagedTensor>();
+  const DLTensor& t = managed->dl_tensor;
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
+    throw Error(name + ": a tensor on device type " + std::to_string(t.device.device_type) +
+                " (CUDA is 2): the reference runs on the host; pass a CPU tensor (e.g. t.cpu())");
+  bool bf16 = false;
+  const py::dtype dtype = numpy_dtype(t.dtype, &bf16);
+  const auto size = static_cast<py::ssize_t>(t.dtype.bits / 8);
+  std::vector<py::ssize_t> shape(t.shape, t.shape + t.ndim), strides(t.ndim);
+  for (int i = t.ndim - 1; i >= 0; --i)  // strides in bytes; compact row-major when absent
+    strides[i] = t.strides ? t.strides[i] * size : (i + 1 < t.ndim ? strides[i + 1] * shape[i + 1] : size);
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+  auto* owner = new DlpackOwner{managed};
+  const py::capsule base(owner, [](void* p) { delete static_cast<DlpackOwner*>(p); });
+  py::array a(dtype, shape, strides, static_cast<char*>(t.data) + t.byte_offset, base);
+  return py::make_tuple(a, bf16);
+}
+
 // ---- The reference ops -------------------------------------------------------------------
 
 // What every op takes besides its tensors (keyword arguments of the Python functions).
@@ -108,7 +157,8 @@ struct Common {
   std::string layout = "sbhd", freq_mode = "per_sequence";
   std::int64_t cp_size = 1, cp_rank = 0, max_seqlen = 0;
   py::object cu_seqlens = py::none(), position_ids = py::none(), seq_offsets = py::none();
-  std::string dtype;  ///< "bf16" for uint16 arrays of bf16 bits
+  std::string dtype;        ///< "bf16" for uint16 arrays of bf16 bits
+  std::string table_dtype;  ///< "bf16": cos and sin are uint16 arrays of bf16 bits ("": as dtype)
 
   Rotation rotation() const {
     Rotation r;
@@ -116,7 +166,8 @@ struct Common {
     r.out_layout = pair_layout(out_layout);
     r.table_layout = pair_layout(table_layout);
     r.inverse = inverse;
-    const DType td = element_type(cos, dtype == "bf16" && cos.dtype().is(py::dtype::of<std::uint16_t>()) ? "bf16" : "");
+    const bool bf16 = table_dtype == "bf16" || (dtype == "bf16" && cos.dtype().is(py::dtype::of<std::uint16_t>()));
+    const DType td = element_type(cos, bf16 ? "bf16" : "");
     r.cos = view_of<const void>(cos, td, "cos");
     r.sin = view_of<const void>(sin, td, "sin");
     return r;
@@ -184,6 +235,25 @@ py::tuple kv_op(bool backward, const py::array& x0, const py::array& x1, std::in
     else reference::kv_split({i0, i1, o0, o1, a});
   }
   return py::make_tuple(y0, y1, status);
+}
+
+// YaRN cos/sin tables [rows, emb_dim] on the reference (SPEC.md §4 yarn_tables); `dtype` is
+// "f32", "f16" or "bf16" (uint16 bits); `concentration` NaN means Megatron's factor.
+py::tuple yarn_op(std::int64_t rows, std::int64_t emb_dim, const YarnParams& params, std::int64_t offset,
+                  const std::string& table_layout, const std::string& dtype) {
+  if (rows < 0) throw Error("rows: must be >= 0, got " + std::to_string(rows));
+  const DType dt = dtype == "f32" ? DType::f32 : dtype == "f16" ? DType::f16 : dtype == "bf16" ? DType::bf16
+                 : throw Error("dtype '" + dtype + "': expected 'f32', 'f16' or 'bf16'");
+  const py::dtype np_type = dt == DType::f32 ? py::dtype::of<float>()
+                            : dt == DType::f16 ? py::dtype("float16") : py::dtype::of<std::uint16_t>();
+  py::array cos(np_type, {rows, emb_dim}), sin(np_type, {rows, emb_dim});
+  YarnTablesCall call{params, offset, pair_layout(table_layout), view_of<void>(cos, dt, "cos"),
+                      view_of<void>(sin, dt, "sin")};
+  {
+    py::gil_scoped_release release;
+    reference::yarn_tables(call);
+  }
+  return py::make_tuple(cos, sin);
 }
 
 // ---- A backend of Python callables ---------------------------------------------------------
@@ -319,7 +389,9 @@ Op parse_op(const std::string& name) {
 
 // mlarope.fuzz: the fuzzer on a backend of Python callables (one worker: the GIL).
 py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint64_t seed,
-              std::vector<std::string> ops, std::string out, int size, bool quiet) {
+              std::vector<std::string> ops, std::vector<std::string> dtypes,
+              std::vector<std::string> table_dtypes, bool in_place, std::string layouts, std::string out,
+              int size, bool quiet) {
   harness::FuzzOptions o;
   o.seconds = seconds;
   o.cases = cases;
@@ -328,6 +400,10 @@ py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint6
   o.size = size;
   o.jobs = 1;
   for (const std::string& name : ops) o.ops.push_back(parse_op(name));
+  for (const std::string& name : dtypes) o.dtypes.push_back(parse_dtype(name, "dtypes"));
+  for (const std::string& name : table_dtypes) o.table_dtypes.push_back(parse_dtype(name, "table_dtypes"));
+  o.in_place = in_place;
+  o.layouts = layouts;
   o.backend = "python:" + std::string(py::str(py::type::of(backend).attr("__name__")));
   const std::shared_ptr<py::object> held = hold(backend);
   const std::string name = o.backend;
@@ -358,6 +434,37 @@ py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint6
   }
   r["failures"] = failures;
   if (!quiet) py::print(r["summary"]);
+  return r;
+}
+
+// mlarope.check: every check on one case directory (a fuzz repro, with its checks.json).
+py::dict check_case(py::object backend, const std::string& dir) {
+  const harness::Case c = harness::read_case(dir);
+  harness::CheckOptions options;
+  const std::string checks_file = dir + "/checks.json";
+  if (std::ifstream in{checks_file}) {
+    try {
+      options = harness::check_options_from_json(nlohmann::json::parse(in));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(checks_file + ": not valid JSON: " + e.what());
+    }
+  }
+  const std::string name = "python:" + std::string(py::str(py::type::of(backend).attr("__name__")));
+  const harness::Backend b = python_backend(hold(backend), name);
+  harness::CheckReport report;
+  {
+    py::gil_scoped_release release;
+    report = harness::run_checks(c, b, options);
+  }
+  py::dict r;
+  r["ok"] = report.ok();
+  r["unsupported"] = report.unsupported.empty() ? py::object(py::none()) : py::object(py::str(report.unsupported));
+  py::list results;
+  for (const harness::CheckResult& x : report.results)
+    results.append(py::make_tuple(std::string(to_string(x.check)), std::string(to_string(x.outcome)),
+                                  harness::format_result(x)));
+  r["results"] = results;
+  r["status"] = report.status;
   return r;
 }
 
@@ -395,9 +502,23 @@ PYBIND11_MODULE(_mlarope, m) {
       .def_readwrite("cu_seqlens", &Common::cu_seqlens)
       .def_readwrite("position_ids", &Common::position_ids)
       .def_readwrite("seq_offsets", &Common::seq_offsets)
-      .def_readwrite("dtype", &Common::dtype);
+      .def_readwrite("dtype", &Common::dtype)
+      .def_readwrite("table_dtype", &Common::table_dtype);
+  py::class_<YarnParams>(m, "_YarnParams")
+      .def(py::init<>())
+      .def_readwrite("rotary_base", &YarnParams::rotary_base)
+      .def_readwrite("scaling_factor", &YarnParams::scaling_factor)
+      .def_readwrite("original_max_position_embeddings", &YarnParams::original_max_position_embeddings)
+      .def_readwrite("beta_fast", &YarnParams::beta_fast)
+      .def_readwrite("beta_slow", &YarnParams::beta_slow)
+      .def_readwrite("mscale", &YarnParams::mscale)
+      .def_readwrite("mscale_all_dim", &YarnParams::mscale_all_dim)
+      .def_readwrite("concentration_override", &YarnParams::concentration_override);
   m.def("_rope", &rope_op);
+  m.def("_yarn", &yarn_op);
   m.def("_kv", &kv_op);
   m.def("_fuzz", &fuzz);
   m.def("_load_case", &load_case);
+  m.def("_from_dlpack", &from_dlpack);
+  m.def("_check", &check_case);
 }

@@ -1,6 +1,8 @@
 """The Python package, as a kernel developer uses it (run by ci/python-test.sh after
 `pip install .`): the reference on NumPy arrays, and mlarope.fuzz on kernels written in NumPy."""
+import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -60,6 +62,61 @@ def test_kv_split_and_its_backward_on_the_reference():
     np.testing.assert_allclose(grad_k_pe[:, :, 0], key[..., 5:].sum(axis=2), rtol=1e-6)
 
 
+def test_yarn_tables_rows_layouts_and_dtypes():
+    params = dict(scaling_factor=40.0, original_max_position_embeddings=64, mscale=1.0, mscale_all_dim=0.0)
+    cos, sin = mlarope.yarn_tables(6, 8, offset=3, **params)
+    assert cos.dtype == np.float32 and cos.shape == (6, 8)
+    assert np.array_equal(cos[:, :4], cos[:, 4:]) and np.array_equal(sin[:, :4], sin[:, 4:])  # [f, f]
+    later, _ = mlarope.yarn_tables(1, 8, offset=5, **params)
+    assert np.array_equal(later[0], cos[2])  # row r holds position offset + r
+    m = 0.1 * np.log(40.0) + 1.0  # Megatron's mscale(40, 1) / mscale(40, 0): the concentration
+    np.testing.assert_allclose(np.hypot(cos, sin), m, rtol=1e-6)
+    icos, _ = mlarope.yarn_tables(6, 8, offset=3, table_layout="interleaved", **params)
+    assert np.array_equal(icos[:, 0::2], cos[:, :4]) and np.array_equal(icos[:, 1::2], cos[:, :4])
+    bits, _ = mlarope.yarn_tables(6, 8, offset=3, dtype="bf16", **params)
+    widened = (bits.astype(np.uint32) << 16).view(np.float32)
+    assert bits.dtype == np.uint16 and np.abs(widened - cos).max() <= np.abs(cos).max() * 2.0**-8
+    with pytest.raises(mlarope.Error, match="emb_dim"):
+        mlarope.yarn_tables(2, 7)
+
+
+class DeclinesAll:
+    def supports(self, call):
+        return False, "declines every call"
+
+    def rope(self, call):
+        raise AssertionError("a declined call must not run")
+
+
+def test_check_replays_a_repro_on_any_backend(tmp_path):
+    with pytest.raises(mlarope.FuzzFailure) as failure:
+        mlarope.fuzz(NumpyRope(drop_inverse=True), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+    repro = failure.value.result["failures"][0]["dir"]
+    broken = mlarope.check(NumpyRope(drop_inverse=True), repro)
+    assert not broken["ok"] and any(outcome == "fail" for _, outcome, _ in broken["results"])
+    fixed = mlarope.check(NumpyRope(), repro)
+    assert fixed["ok"] and fixed["unsupported"] is None
+    declined = mlarope.check(DeclinesAll(), repro)  # no check runs on a declined case
+    assert "declines every call" in declined["unsupported"] and declined["results"] == []
+
+
+def test_fuzz_narrowed_to_what_a_backend_provides(tmp_path):
+    wide = mlarope.fuzz(NumpyRope(), cases=3000, ops=["rope"], seed=5, out=str(tmp_path / "wide"), quiet=True)
+    narrow = mlarope.fuzz(NumpyRope(), cases=3000, ops=["rope"], seed=5, dtypes=["f32"], table_dtypes=["f32"],
+                          in_place=False, out=str(tmp_path / "narrow"), quiet=True)
+    with open(tmp_path / "narrow" / "fuzz.json") as f:
+        counts = json.load(f)["counts"]
+    assert set(counts["dtype"]) == {"f32"} and set(counts["table_dtype"]) == {"f32"}
+    assert set(counts["in_place"]) == {"false"}
+
+    def ran(result):
+        return int(re.search(r"\((\d+) of \d+ cases ran\)", result["summary"]).group(1))
+
+    assert ran(narrow) > 3 * ran(wide)  # far more of the budget reaches the kernel
+    with pytest.raises(mlarope.Error, match="dtypes"):
+        mlarope.fuzz(NumpyRope(), cases=1, dtypes=["f64"], out=str(tmp_path / "bad"), quiet=True)
+
+
 def test_bad_input_is_a_named_error():
     t = np.zeros((2, 1, 1, 8), np.float32)
     with pytest.raises(mlarope.Error, match="emb_dim"):
@@ -102,3 +159,10 @@ def test_a_kernel_writing_its_input_fails(tmp_path):
 def test_the_readme_example_fuzzes_clean(tmp_path):
     result = mlarope.fuzz(MyRope(), ops=["rope"], cases=20000, out=str(tmp_path), quiet=True)
     assert result["failing_cases"] == 0 and "rope: not my kernel's case" in result["summary"]
+
+
+def test_the_pytest_fixture_fuzzes_into_tmp_path(mlarope_fuzz, tmp_path):
+    result = mlarope_fuzz(MyRope(), ops=["rope"], cases=2000)
+    assert result["failing_cases"] == 0 and result["out"].startswith(str(tmp_path))
+    with pytest.raises(mlarope.FuzzFailure, match="repro: " + str(tmp_path)):
+        mlarope_fuzz(NumpyRope(drop_inverse=True), ops=["rope"], cases=20000)

@@ -1,0 +1,172 @@
+"""megatron-core's fused MLA YaRN RoPE (fusions/fused_mla_yarn_rope_apply.py: Triton, GPU only)
+as an mlarope backend: ``mlarope.fuzz(MegatronFusedMLA())`` on a machine with CUDA and Triton.
+
+Megatron's two entry points and how SPEC.md's calls map onto them:
+
+- ``fused_apply_mla_rope_for_q(t, cos, sin, qk_head_dim, emb_dim, cu_seqlens, cp_rank, cp_size)``
+  rotates the trailing ``emb_dim`` of every head in place, reading interleaved pairs and writing
+  half ones: SPEC's rope with (interleaved -> half). Out of place, the adapter copies t into a
+  device tensor with the same strides and lets Megatron rotate that; rope_backward is autograd
+  through it (Megatron's backward kernel);
+- ``fused_apply_mla_rope_for_kv(kv, k_pos_emb, cos, sin, emb_dim, k_dim, v_dim, cu_seqlens, ...)``
+  returns key = [k_nope, rope(k_pe)] and value: SPEC's kv_split; kv_split_backward is autograd;
+- tables: Megatron reads ``cos[row * emb_dim + j]``, halves [f, f] (SPEC's half table layout).
+  An interleaved table is permuted into that layout (exact), ``inverse`` negates sin (SPEC §3,
+  exact), and the rows are SBHD's ``s`` or THD's position within its sequence;
+- SBHD context parallelism: Megatron slices the table on the host for each rank
+  (``get_pos_emb_on_this_cp_rank``); the adapter calls that function, as Megatron's model does;
+- declined, with the reason: other pair layouts, position ids, sequence offsets, the packed
+  frequency mode (the kernels index the table by the position within a sequence), invalid
+  cu_seqlens, ``emb_dim`` (and for kv ``k_dim``, ``v_dim``) that Triton's ``tl.arange`` cannot
+  take (a power of two; ``emb_dim`` a multiple of 4, Megatron's assert), SBHD views that
+  Megatron's ``view(-1, H, D)`` cannot take, and rope_backward in place (autograd's backward
+  is out of place). THD padding rows are not declined: SPEC passes them through, and the
+  fuzz shows what Megatron does with them.
+
+The harness's buffers are host NumPy views: the adapter copies inputs to the GPU (keeping their
+strides) and results back, so the input-immutability check sees the host copies only.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import megatron_sources
+from megatron_unfused import _Group, to_torch, write
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _device_copy(a: np.ndarray, dtype: str, device: str) -> torch.Tensor:
+    """A device tensor with the host view's shape, strides and values (contiguous when the view
+    broadcasts: the in-place kernel writes the copy)."""
+    host = to_torch(a, dtype)
+    if 0 in host.stride():
+        return host.to(device).clone(memory_format=torch.contiguous_format)  # a copy, always
+    out = torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device=device)
+    out.copy_(host)
+    return out
+
+
+class MegatronFusedMLA:
+    """The backend: ``rope`` (rope, rope_backward), ``kv_split`` and ``kv_split_backward``."""
+
+    def __init__(self, device: str = "cuda", q_fn=None, kv_fn=None, decline_padding: bool = False):
+        self.device = device
+        self.decline_padding = decline_padding  # for stand-ins of the kernels (test_megatron.py)
+        if q_fn is None or kv_fn is None:
+            fused = megatron_sources.load_fused()
+            q_fn, kv_fn = fused.fused_apply_mla_rope_for_q, fused.fused_apply_mla_rope_for_kv
+        self.q_fn, self.kv_fn = q_fn, kv_fn
+        self.rope_utils = megatron_sources.load().rope_utils
+
+    # ---- what maps ----------------------------------------------------------------------------
+
+    def supports(self, call):
+        why = self._decline(call)
+        return (False, why) if why else (True, "")
+
+    def _decline(self, call) -> str | None:
+        if (call.in_layout, call.out_layout) != ("interleaved", "half"):
+            return "Megatron's fused MLA kernels read interleaved pairs and write half ones only"
+        if call.position_ids is not None or call.seq_offsets is not None:
+            return "Megatron's fused MLA kernels take no position ids or sequence offsets"
+        if call.layout == "thd" and call.freq_mode == "packed":
+            return "packed frequency mode: the fused kernels index the table by the position in a sequence"
+        if not _power_of_two(call.emb_dim // 2) or call.emb_dim % 4:
+            return "emb_dim / 2 not a power of two, or emb_dim % 4 != 0 (Triton's tl.arange; Megatron's assert)"
+        kv = call.op in ("kv_split", "kv_split_backward")
+        if kv and not (_power_of_two(call.k_dim) and _power_of_two(call.v_dim)):
+            return "k_dim or v_dim not a power of two (Triton's tl.arange)"
+        if kv and call.inputs[0].shape[-2] == 0 and call.layout == "sbhd":
+            return "no heads: Megatron's SBHD kv path views kv as [-1, H, D], which H = 0 cannot take"
+        if call.op == "rope_backward" and call.in_place:
+            return "Megatron's backward runs through autograd, out of place"
+        if call.layout == "thd":
+            lengths = np.diff(call.cu_seqlens.astype(np.int64))
+            step = 2 * call.cp_size if call.cp_size > 1 else 1
+            if (lengths < 0).any() or (lengths % step).any() or (lengths // call.cp_size).sum() > call.inputs[0].shape[0]:
+                return "invalid cu_seqlens: Megatron does not check them"
+            if self.decline_padding and (lengths // call.cp_size).sum() < call.inputs[0].shape[0]:
+                return "THD padding rows (declined on request)"
+        else:
+            x = call.inputs[0]
+            if x.ndim == 4 and x.shape[1] > 1 and x.strides[0] != x.shape[1] * x.strides[1]:
+                return "SBHD rows not evenly spaced: Megatron views the input as [S * B, H, D]"
+            if call.cp_size > 1 and self.device == "cpu":
+                return "SBHD context parallelism on the host: Megatron's get_pos_emb_on_this_cp_rank needs CUDA"
+        return None
+
+    # ---- the ops -------------------------------------------------------------------------------
+
+    def _tables(self, call):
+        """cos, sin on the device, [R, 1, 1, emb_dim] contiguous, half layout, SBHD CP-sliced."""
+        d = call.emb_dim
+        tables = []
+        for a, sign in ((call.cos, 1.0), (call.sin, -1.0 if call.inverse else 1.0)):
+            t = to_torch(np.ascontiguousarray(a.reshape(a.shape[0], d)), call.table_dtype).to(self.device)
+            if call.table_layout == "interleaved":
+                t = torch.cat([t[:, 0::2], t[:, 1::2]], dim=-1)
+            t = (t * sign if sign < 0 else t).contiguous()[:, None, None, :]
+            if call.layout == "sbhd":
+                s = call.inputs[0].shape[0]
+                if call.cp_size > 1:  # Megatron's model slices the global table per rank
+                    t = self.rope_utils.get_pos_emb_on_this_cp_rank(t[: s * call.cp_size], 0,
+                                                                    _Group(call.cp_size, call.cp_rank))
+                t = t[:s]
+            tables.append(t.contiguous())
+        return tables
+
+    def _cu(self, call):
+        if call.layout == "sbhd":
+            return None
+        return torch.from_numpy(call.cu_seqlens.astype(np.int32)).to(self.device)
+
+    def rope(self, call):
+        t, out, dtype = call.inputs[0], call.outputs[0], call.dtype
+        if t.size == 0:
+            return
+        cos, sin = self._tables(call)
+        cu = self._cu(call)
+
+        def rotate(x):  # in place on x (Megatron's contract), returns it
+            return self.q_fn(x, cos, sin, call.nope_dim, call.emb_dim, cu, call.cp_rank, call.cp_size)
+
+        x = _device_copy(t, dtype, self.device)
+        if call.op == "rope":
+            write(out, rotate(x).cpu(), dtype)
+            return
+        leaf = torch.zeros(x.shape, dtype=x.dtype, device=self.device, requires_grad=True)
+        (grad,) = torch.autograd.grad(rotate(leaf.clone()), leaf, grad_outputs=x)
+        write(out, grad.cpu(), dtype)
+
+    def kv_split(self, call):
+        kv, k_pe = call.inputs
+        key, value = call.outputs
+        if key.size == 0 and value.size == 0:
+            return
+        cos, sin = self._tables(call)
+        result = self.kv_fn(_device_copy(kv, call.dtype, self.device), _device_copy(k_pe, call.dtype, self.device),
+                            cos, sin, call.emb_dim, call.k_dim, call.v_dim, self._cu(call), call.cp_rank,
+                            call.cp_size)
+        write(key, result[0].cpu().reshape(key.shape), call.dtype)
+        write(value, result[1].cpu().reshape(value.shape), call.dtype)
+
+    def kv_split_backward(self, call):
+        grad_key, grad_value = call.inputs
+        grad_kv, grad_k_pe = call.outputs
+        if grad_kv.size == 0 and grad_k_pe.size == 0:  # with no heads, grad_k_pe is still written (zeros)
+            return
+        cos, sin = self._tables(call)
+        kv = torch.zeros(grad_kv.shape, dtype=to_torch(grad_key, call.dtype).dtype, device=self.device,
+                         requires_grad=True)
+        k_pe = torch.zeros(grad_k_pe.shape, dtype=kv.dtype, device=self.device, requires_grad=True)
+        key, value = self.kv_fn(kv, k_pe, cos, sin, call.emb_dim, call.k_dim, call.v_dim, self._cu(call),
+                                call.cp_rank, call.cp_size)
+        gk = _device_copy(grad_key, call.dtype, self.device).reshape(key.shape)
+        gv = _device_copy(grad_value, call.dtype, self.device).reshape(value.shape)
+        d_kv, d_k_pe = torch.autograd.grad((key, value), (kv, k_pe), grad_outputs=(gk, gv))
+        write(grad_kv, d_kv.cpu().reshape(grad_kv.shape), call.dtype)
+        write(grad_k_pe, d_k_pe.cpu().reshape(grad_k_pe.shape), call.dtype)
