@@ -130,7 +130,7 @@ step_configure() {
 # Build everything; keep ptxas's register, spill and local-memory lines.
 step_build() {
   cmake --build "$build" -j "$jobs" || return 1
-  grep -E 'ptxas info|bytes stack frame|spill' "$logs/build.log" >"$logs/ptxas.txt"
+  cp "$build/ptxas.txt" "$logs/ptxas.txt" || fail "build: no $build/ptxas.txt (cmake/collect_ptxas.cmake)" || return 1
   local kernels spilling
   kernels=$(grep -c 'Compiling entry function' "$logs/ptxas.txt")
   spilling=$(grep -cE '[1-9][0-9]* bytes spill (stores|loads)' "$logs/ptxas.txt")
@@ -200,6 +200,7 @@ step_fuzz() {
 # .gpu-deps/python, torch and triton from the device. Failing cases are findings: their repro
 # directories come back in the tarball (megatron-fused/failures).
 step_megatron_fused() {
+  source ci/gpu-prefix.sh  # gpu_deps, prefix_only (arrays do not pass through run_step's bash -c)
   local python rc
   python=$(command -v python3) || fail "megatron-fused: no python3" || return 1
   "$python" -c "import torch, triton; assert torch.cuda.is_available()" ||
@@ -289,12 +290,14 @@ step_report() {
   local inputs=()
   [ -f "$logs/fuzz/fuzz.json" ] && inputs+=("$logs/fuzz/fuzz.json")
   [ -f "$logs/cuda_bench.json" ] && inputs+=("$logs/cuda_bench.json")
+  [ -f "$logs/megatron-fused/fuzz.json" ] && inputs+=("$logs/megatron-fused/fuzz.json")
   ((${#inputs[@]})) || fail "report: no fuzz.json or cuda_bench.json to report on" || return 1
+  [ -s "$logs/ptxas.txt" ] && inputs+=("$logs/ptxas.txt")
   "$build/mlarope" report "${inputs[@]}" --out "$logs/report" || return 1
   echo "report: report/report.html and report/summary.md from ${#inputs[@]} JSON files"
 }
 
 export -f find_tool fail gtest_count all_must_pass sanitizer_cases phased_kernel_sources step_configure \
   step_build step_device step_ctest step_properties step_fuzz step_megatron_cases step_graph_replay \
-  step_sanitize step_shared_memory step_cuda_bench step_report
+  step_sanitize step_shared_memory step_cuda_bench step_megatron_fused step_report
 export build out logs jobs dry_run fuzz_seconds MLAROPE_CASES_DIR

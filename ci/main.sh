@@ -34,5 +34,6 @@ if [ -x build/cuda_bench ] && [[ " ${backends[*]} " == *" cuda "* ]]; then
   ./build/cuda_bench --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json >"$out/cuda_bench.txt"
   reports+=("$out/cuda_bench.json")
 fi
+[ -s build/ptxas.txt ] && reports+=(build/ptxas.txt)  # registers and spills of the CUDA kernels
 echo "== report"
 ./build/mlarope report "${reports[@]}" --out "$out/report"

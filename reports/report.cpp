@@ -73,6 +73,37 @@ std::string fuzz_headline(const FuzzReport& f) {
   return s.str();
 }
 
+// A merged sharded run: the spread of the shards' rates, and each shard when there are few.
+std::vector<std::string> fuzz_shards(const json& j) {
+  std::vector<std::string> lines;
+  if (!j.contains("shards") || !j["shards"].is_array() || j["shards"].empty()) return lines;
+  std::vector<double> rates;
+  for (const json& s : j["shards"]) rates.push_back(number_or(s, "cases_per_second", 0));
+  std::sort(rates.begin(), rates.end());
+  lines.push_back(std::to_string(rates.size()) + " shards, cases/s per shard: min " + fixed(rates.front(), 0) +
+                  ", median " + fixed(rates[rates.size() / 2], 0) + ", max " + fixed(rates.back(), 0));
+  if (j["shards"].size() <= 16)
+    for (const json& s : j["shards"])
+      lines.push_back("shard " + std::to_string(s.value("index", 0)) + ": " +
+                      std::to_string(s.value("cases", 0LL)) + " cases, " + fixed(number_or(s, "cases_per_second", 0), 0) +
+                      " cases/s, " + std::to_string(s.value("failing_cases", 0LL)) + " failing");
+  return lines;
+}
+
+// Several runs (shards) together: cases, failures, and their rates summed (shards run at once).
+std::string fuzz_total(const std::vector<FuzzReport>& fuzz) {
+  double cases = 0, rate = 0, failing = 0;
+  for (const FuzzReport& f : fuzz) {
+    cases += number_or(f.json, "cases", 0);
+    rate += number_or(f.json, "cases_per_second", 0);
+    failing += number_or(f.json, "failing_cases", 0);
+  }
+  std::ostringstream s;
+  s << "all " << fuzz.size() << " runs: " << static_cast<long long>(cases) << " cases, "
+    << static_cast<long long>(failing) << " failing, " << fixed(rate, 0) << " cases/s together";
+  return s.str();
+}
+
 // One line per failure: what failed and the command that replays it.
 std::vector<std::string> fuzz_failures(const json& j) {
   std::vector<std::string> lines;
@@ -267,7 +298,8 @@ static std::vector<const BenchResult*> model_rows(const std::vector<BenchResult>
 }
 
 std::string markdown_summary(const std::vector<BenchResult>& bench,
-                             const std::vector<FuzzReport>& fuzz, const GateResult* gate) {
+                             const std::vector<FuzzReport>& fuzz, const GateResult* gate,
+                             const std::vector<KernelResource>& kernels) {
   std::ostringstream md;
   md << "# mlarope report\n\n";
   if (!fuzz.empty()) {
@@ -275,8 +307,10 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
     for (const FuzzReport& f : fuzz) {
       md << "- " << fuzz_headline(f) << "\n";
       for (const std::string& line : fuzz_support(f.json)) md << "  - " << line << "\n";
+      for (const std::string& line : fuzz_shards(f.json)) md << "  - " << line << "\n";
       for (const std::string& line : fuzz_failures(f.json)) md << "  - " << line << "\n";
     }
+    if (fuzz.size() > 1) md << "- " << fuzz_total(fuzz) << "\n";
     md << "\n";
   }
   if (!bench.empty()) {
@@ -315,11 +349,12 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
     if (!gate->missing.empty()) md << "- not measured in this run: " << gate->missing.size() << " baseline entries\n";
     md << "\n";
   }
+  md << kernel_resources_markdown(kernels);
   return md.str();
 }
 
 std::string html_page(const std::vector<BenchResult>& bench, const std::vector<FuzzReport>& fuzz,
-                      const GateResult* gate) {
+                      const GateResult* gate, const std::vector<KernelResource>& kernels) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>mlarope report</title>\n"
        "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;"
@@ -411,6 +446,7 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
         << "</td></tr>\n";
     h << "</table>\n";
   }
+  h << kernel_resources_html(kernels);
   h << "</body></html>\n";
   return h.str();
 }

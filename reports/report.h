@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kernel_resources.h"
+
 namespace mlarope::reports {
 
 /// One benchmark result: op/backend/model/layout/T/dtype and its figures.
@@ -52,9 +54,10 @@ nlohmann::json make_baseline(const std::vector<BenchResult>& results, const std:
 
 /// The Markdown summary.
 std::string markdown_summary(const std::vector<BenchResult>& bench,
-                             const std::vector<FuzzReport>& fuzz, const GateResult* gate);
+                             const std::vector<FuzzReport>& fuzz, const GateResult* gate,
+                             const std::vector<KernelResource>& kernels = {});
 /// The self-contained HTML page (inline SVG, no network).
 std::string html_page(const std::vector<BenchResult>& bench, const std::vector<FuzzReport>& fuzz,
-                      const GateResult* gate);
+                      const GateResult* gate, const std::vector<KernelResource>& kernels = {});
 
 }  // namespace mlarope::reports

@@ -81,3 +81,29 @@ TEST(Report, SummaryAndPageListWhatAPluginDeclined) {
 }
 
 }  // namespace
+
+// ptxas -v lines (build/ptxas.txt) as the report's kernel table: registers, spills, smem.
+TEST(Report, KernelResourcesFromPtxasLines) {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function '_ZN7mlarope11cuda_launch45_GLOBAL__N__d2e2af62_12_cuda_rope_cu_"
+      "9dd4dda811rope_kernelINS_7kernels16RopeStagedRoundsIfEEEEvNS3_14RopeKernelArgsE' for 'sm_90'\n"
+      "ptxas info    : Function properties for _ZN7mlarope11cuda_launch45_GLOBAL__N__d2e2af62_12_cuda_rope_cu_"
+      "9dd4dda811rope_kernelINS_7kernels16RopeStagedRoundsIfEEEEvNS3_14RopeKernelArgsE\n"
+      "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 80 registers, used 1 barriers, 536 bytes smem, 400 bytes cmem[0]\n";
+  ASSERT_TRUE(is_ptxas_log(log));
+  const auto kernels = parse_ptxas(log);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].kernel, "rope_kernel<RopeStagedRounds<float> >");
+  EXPECT_EQ(kernels[0].arch, "sm_90");
+  EXPECT_EQ(kernels[0].registers, 80);
+  EXPECT_EQ(kernels[0].stack, 8);
+  EXPECT_EQ(kernels[0].spill_stores, 4);
+  EXPECT_EQ(kernels[0].spill_loads, 12);
+  EXPECT_EQ(kernels[0].smem, 536);
+  const std::string md = markdown_summary({}, {}, nullptr, kernels);
+  EXPECT_NE(md.find("1 kernels, 1 with spills"), std::string::npos) << md;
+  EXPECT_NE(md.find("| rope_kernel<RopeStagedRounds<float> > | sm_90 | 80 | 4 | 12 | 8 | 536 |"), std::string::npos) << md;
+  EXPECT_NE(html_page({}, {}, nullptr, kernels).find("rope_kernel&lt;RopeStagedRounds&lt;float&gt; &gt;"), std::string::npos);
+}

@@ -92,6 +92,8 @@ TEST(Cli, MalformedInputsGiveOneLineErrors) {
   const fs::path truncated = tmp.path() / "truncated";
   fs::copy(good, truncated);
   std::ofstream(truncated / "cos.npy") << "\x93NUMPY";
+  const fs::path empty = tmp.path() / "empty";
+  fs::create_directories(empty);
   const std::vector<std::string> commands = {
       "check " + bad_json.string(),
       "check " + bad_checks.string() + " --backend reference",
@@ -107,6 +109,11 @@ TEST(Cli, MalformedInputsGiveOneLineErrors) {
       "fuzz --cases 1 --dtypes f32,f64",
       "fuzz --cases 1 --table-dtypes half",
       "fuzz --cases 1 --layouts half/half",
+      "fuzz --cases 1 --shard-index 3",
+      "fuzz --cases 1 --shard-index 3 --shard-count 3",
+      "report " + (tmp.path() / "missing").string(),
+      "report '" + (tmp.path() / "nothing-*").string() + "'",
+      "report " + empty.string(),
       "fuzz --cases 1 --layouts half/sideways/*",
       "nonsense",
       "",
@@ -151,6 +158,30 @@ TEST(Cli, FuzzDrawsOnlyTheDtypesAsked) {
   for (const auto& [triple, n] : j["counts"]["triple"].items())  // the table layout still varies
     EXPECT_TRUE(triple == "interleaved/half/half" || triple == "interleaved/half/interleaved") << triple;
   EXPECT_EQ(j["counts"]["triple"].size(), 2u);
+}
+
+// mlarope yarn writes the reference's tables, and the host kernel's are the same bits.
+TEST(Cli, YarnWritesTheTablesOfTheReferenceAndTheKernel) {
+  TempDir tmp;
+  const std::string args = " --rows 300 --emb-dim 64 --offset 7 --scaling-factor 40 --mscale 0.9 "
+                           "--mscale-all-dim 0.7 --original-max-position-embeddings 64 ";
+  for (const char* variant : {"--dtype f32", "--dtype bf16 --table-layout interleaved", "--dtype f16"}) {
+    const fs::path ref = tmp.path() / "ref", host = tmp.path() / "host";
+    ASSERT_EQ(mlarope("yarn" + args + variant + " --out " + ref.string(), tmp).status, 0) << variant;
+    ASSERT_EQ(mlarope("yarn" + args + variant + " --backend host --out " + host.string(), tmp).status, 0);
+    for (const char* table : {"cos.npy", "sin.npy"})
+      EXPECT_EQ(slurp(ref / table), slurp(host / table)) << variant << " " << table;
+    const nlohmann::json j = nlohmann::json::parse(slurp(ref / "yarn.json"));
+    const harness::YarnTable y = harness::parse_yarn(j["yarn"], "yarn.json");  // the form case.json takes
+    EXPECT_EQ(y.rows, 300);
+    EXPECT_EQ(y.params.mscale, 0.9);
+    const npy::Array cos = npy::read(ref / "cos.npy");
+    EXPECT_EQ(cos.shape, (std::vector<std::int64_t>{300, 64}));
+    EXPECT_EQ(cos.bytes, harness::yarn_arrays(y, 64, parse_dtype(j["table_dtype"].get<std::string>()),
+                                     parse_pair_layout(j["table_layout"].get<std::string>())).first.bytes);
+  }
+  EXPECT_EQ(mlarope("yarn --rows 2 --emb-dim 7 --out " + (tmp.path() / "odd").string(), tmp).status, 2);
+  EXPECT_EQ(mlarope("yarn --rows 2 --emb-dim 8 --backend cuda --out " + (tmp.path() / "c").string(), tmp).status, 2);
 }
 
 TEST(Cli, RunStillWorks) {

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "checks/compare.h"
 #include "fuzz/fuzz.h"
 #include "mlarope/error.h"
+#include "reference.h"
 #include "report_command.h"
 #include "checks/tolerance.h"
 
@@ -158,7 +160,10 @@ void add_report(CLI::App& app, reports::ReportOptions& report) {
       "write DIR/report.html (self-contained, inline SVG charts) and DIR/summary.md; print the "
       "summary. With --baseline, exit status 1 if a fraction of the copy floor dropped by more "
       "than the baseline's threshold.");
-  cmd->add_option("FILES", report.inputs, "fuzz.json and benchmark JSON files")->required()->check(CLI::ExistingFile);
+  cmd->add_option("INPUTS", report.inputs,
+                  "fuzz.json, benchmark JSON and ptxas.txt files; folders `mlarope fuzz --out` wrote (their "
+                  "fuzz.json, or each shard-*/fuzz.json of a sharded run); quoted glob patterns")
+      ->required();
   cmd->add_option("--out", report.out_dir, "output directory")->capture_default_str();
   cmd->add_option("--baseline", report.baseline, "baseline JSON to gate against")->check(CLI::ExistingFile);
   cmd->add_option("--write-baseline", report.write_baseline,
@@ -229,6 +234,8 @@ int check_command(const CheckCommandOptions& o) {
 
 struct FuzzCommandOptions {
   FuzzOptions fuzz;
+  std::optional<std::int64_t> shard_index, shard_count;
+  bool shard_info = false;
   std::vector<std::string> ops, dtypes, table_dtypes;
   std::string out = "fuzz-out";
 };
@@ -243,7 +250,12 @@ int fuzz_command(FuzzCommandOptions o) {
   for (const std::string& name : o.ops) o.fuzz.ops.push_back(parse_op_name(name));
   for (const std::string& name : o.dtypes) o.fuzz.dtypes.push_back(parse_dtype(name, "--dtypes"));
   for (const std::string& name : o.table_dtypes) o.fuzz.table_dtypes.push_back(parse_dtype(name, "--table-dtypes"));
-  o.fuzz.out = o.out;
+  o.fuzz.shard = resolve_shard(o.shard_index, o.shard_count);
+  if (o.shard_info) {  // for scripts (ci/fuzz-shard.sh): the shard this process would run
+    std::cout << o.fuzz.shard.index << " " << o.fuzz.shard.count << " " << o.fuzz.shard.source << "\n";
+    return 0;
+  }
+  o.fuzz.out = o.fuzz.shard.count > 1 ? fs::path(o.out) / shard_folder(o.fuzz.shard) : fs::path(o.out);
   const bool tty = isatty(fileno(stdout)) != 0;
   const FuzzStats stats = run_fuzz(o.fuzz, std::cout, tty);
   FuzzOptions shown = o.fuzz;
@@ -302,12 +314,89 @@ void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
   cmd->add_flag("!--no-in-place", f.in_place, "draw no in-place calls (for a backend without them)");
   cmd->add_option("--layouts", f.layouts, "pair layouts to draw, IN/OUT/TABLE, each half, interleaved or * "
                                           "(e.g. interleaved/half/*)");
-  cmd->add_option("--out", fuzz.out, "output directory")->capture_default_str();
+  cmd->add_option("--out", fuzz.out, "output directory (a shard of several writes into DIR/shard-NNNN)")
+      ->capture_default_str();
+  cmd->add_option("--shard-index", fuzz.shard_index,
+                  "this shard's index, 0-based (default: from SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX "
+                  "or GTEST_SHARD_INDEX; see docs/cluster-fuzzing.md)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--shard-count", fuzz.shard_count,
+                  "number of shards (default: SLURM_ARRAY_TASK_COUNT, MLAROPE_SHARD_COUNT with "
+                  "JOB_COMPLETION_INDEX, or GTEST_TOTAL_SHARDS); shards run disjoint cases of one seed")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--shard-info", fuzz.shard_info, "print this process's shard (INDEX COUNT SOURCE) and exit");
   cmd->add_option("--size", f.size, "generator size: 100 gives the default distributions, more "
                                     "allows more rows per case")->capture_default_str()->check(CLI::Range(0, 100000));
   cmd->add_option("--jobs", f.jobs, "worker threads")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--max-failure-dirs", f.max_failure_dirs, "failing cases written as directories at most")
       ->capture_default_str()->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+}
+
+// --- yarn --------------------------------------------------------------------------------------
+
+struct YarnCommandOptions {
+  YarnTable table;
+  std::int64_t emb_dim = 0;
+  std::string dtype = "f32", table_layout = "half", backend = "reference", out;
+  double concentration = std::nan("");
+};
+
+// mlarope yarn: SPEC's YaRN tables as DIR/cos.npy and DIR/sin.npy, and DIR/yarn.json (the
+// parameters, in case.json's "yarn" form), from the reference or the host backend's kernel.
+int yarn_command(YarnCommandOptions o) {
+  const DType dtype = parse_dtype(o.dtype, "--dtype");
+  const PairLayout layout = parse_pair_layout(o.table_layout, "--table-layout");
+  o.table.params.concentration_override = o.concentration;
+  if (o.backend != "reference" && o.backend != "host") throw Error("--backend " + o.backend + ": expected reference or host");
+  auto [cos, sin] = o.backend == "reference" ? yarn_arrays(o.table, o.emb_dim, dtype, layout)
+                                             : std::pair<npy::Array, npy::Array>{};
+  if (o.backend == "host") {  // the kernel's own tables (the same single source as CUDA's)
+    cos = sin = npy::make(storage_dtype(dtype), {o.table.rows, o.emb_dim});
+    YarnTablesCall call{o.table.params, o.table.offset, layout, view_of(cos, dtype), view_of(sin, dtype)};
+    Stream stream = Stream::host();
+    yarn_tables(call, stream);
+    stream.synchronize();
+  }
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) throw Error("--out " + o.out + ": cannot create: " + ec.message());
+  npy::write(fs::path(o.out) / "cos.npy", cos);
+  npy::write(fs::path(o.out) / "sin.npy", sin);
+  nlohmann::json j = {{"yarn", to_json(o.table)}, {"emb_dim", o.emb_dim}, {"table_dtype", o.dtype},
+                      {"table_layout", o.table_layout}, {"backend", o.backend}};
+  std::ofstream(fs::path(o.out) / "yarn.json") << j.dump(1) << "\n";
+  std::cout << "yarn: cos.npy, sin.npy [" << o.table.rows << ", " << o.emb_dim << "] " << o.dtype << " ("
+            << o.table_layout << ", positions " << o.table.offset << ".." << o.table.offset + o.table.rows - 1
+            << ", concentration " << reference::yarn_concentration(o.table.params) << ") from " << o.backend
+            << " in " << o.out << "\n";
+  return 0;
+}
+
+void add_yarn(CLI::App& app, YarnCommandOptions& y) {
+  CLI::App* cmd = app.add_subcommand(
+      "yarn",
+      "Write SPEC.md's YaRN cos/sin tables (Megatron's YarnRotaryEmbedding; scaling factor 1 is "
+      "plain RoPE) as DIR/cos.npy and DIR/sin.npy [rows, emb_dim] (bf16 as raw <u2 bits), and "
+      "DIR/yarn.json: the parameters; its \"yarn\" object, as a case.json's \"yarn\" key, names "
+      "these tables instead of shipping them.");
+  YarnParams& p = y.table.params;
+  cmd->add_option("--rows", y.table.rows, "table rows (positions offset .. offset + rows - 1)")->required()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--emb-dim", y.emb_dim, "rope dimension (even)")->required();
+  cmd->add_option("--offset", y.table.offset, "position of row 0")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rotary-base", p.rotary_base, "rotary base")->capture_default_str();
+  cmd->add_option("--scaling-factor", p.scaling_factor, "YaRN scaling factor (1: plain RoPE)")->capture_default_str();
+  cmd->add_option("--original-max-position-embeddings", p.original_max_position_embeddings,
+                  "original context length")->capture_default_str();
+  cmd->add_option("--beta-fast", p.beta_fast, "YaRN beta_fast")->capture_default_str();
+  cmd->add_option("--beta-slow", p.beta_slow, "YaRN beta_slow")->capture_default_str();
+  cmd->add_option("--mscale", p.mscale, "YaRN mscale")->capture_default_str();
+  cmd->add_option("--mscale-all-dim", p.mscale_all_dim, "YaRN mscale_all_dim")->capture_default_str();
+  cmd->add_option("--concentration", y.concentration,
+                  "factor of the tables (default: mscale(s, mscale) / mscale(s, mscale_all_dim))");
+  cmd->add_option("--table-layout", y.table_layout, "half ([f, f], Megatron's) or interleaved")->capture_default_str();
+  cmd->add_option("--dtype", y.dtype, "f32, f16 or bf16")->capture_default_str();
+  cmd->add_option("--backend", y.backend, "reference, or host (the kernel)")->capture_default_str();
+  cmd->add_option("--out", y.out, "output directory (created if missing)")->required();
 }
 
 }  // namespace
@@ -326,10 +415,12 @@ int main(int argc, char** argv) {
   CheckCommandOptions check;
   FuzzCommandOptions fuzz;
   reports::ReportOptions report;
+  YarnCommandOptions yarn;
   add_run(app, run);
   add_report(app, report);
   add_check(app, check);
   add_fuzz(app, fuzz);
+  add_yarn(app, yarn);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -340,6 +431,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("check")) return check_command(check);
     if (app.got_subcommand("fuzz")) return fuzz_command(fuzz);
     if (app.got_subcommand("report")) return reports::report_command(report);
+    if (app.got_subcommand("yarn")) return yarn_command(yarn);
   } catch (const std::exception& e) {
     std::cerr << "mlarope: error: " << e.what() << "\n";
     return kExitError;

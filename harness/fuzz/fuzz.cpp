@@ -134,9 +134,9 @@ struct Worker {
   void run() {
     for (;;) {
       if (timed && Clock::now() >= deadline) return;
-      const std::int64_t index = next++;
-      if (options.cases > 0 && index >= options.cases) return;
-      one_case(index);
+      const std::int64_t local = next++;
+      if (options.cases > 0 && local >= options.cases) return;
+      one_case(options.shard.index + options.shard.count * local);  // this shard's share of the stream
       ++done;
     }
   }

@@ -16,6 +16,7 @@
 
 #include "backends/case_run.h"
 #include "checks/checks.h"
+#include "fuzz/shard.h"
 #include "io/case_file.h"
 
 namespace mlarope::harness {
@@ -31,6 +32,9 @@ struct FuzzOptions {
   std::vector<DType> table_dtypes;  ///< table dtypes drawn; empty: all three
   bool in_place = true;             ///< rope ops may be drawn in place
   std::string layouts;              ///< "IN/OUT/TABLE" pair layouts drawn, each half, interleaved or *
+  /// Shard `shard.index` of `shard.count` runs the cases index, index + count, ... of the run
+  /// seed's one stream: shards never draw the same case; `cases` is per shard.
+  Shard shard;
   std::filesystem::path out = "fuzz-out";
   int size = 100;            ///< generator size (properties::kDefaultSize)
   int jobs = 1;              ///< worker threads
@@ -94,6 +98,9 @@ struct FuzzStats {
 
 /// The fuzz.json document of a run.
 nlohmann::json to_json(const FuzzStats& stats, const FuzzOptions& options);
+/// A fuzz.json read back (what to_json wrote), so that shards' files merge with
+/// FuzzStats::merge. Throws mlarope::Error on a document of another shape.
+FuzzStats stats_from_json(const nlohmann::json& json);
 /// The short summary printed at the end.
 std::string summary(const FuzzStats& stats, const FuzzOptions& options);
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "fuzz/fuzz.h"
+#include "mlarope/error.h"
 
 namespace mlarope::harness {
 namespace {
@@ -62,6 +63,7 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   if (!o.table_dtypes.empty()) j["table_dtypes"] = names(o.table_dtypes);
   if (!o.in_place) j["in_place"] = false;
   if (!o.layouts.empty()) j["layouts"] = o.layouts;
+  j["shard"] = {{"index", o.shard.index}, {"count", o.shard.count}, {"source", o.shard.source}};
   j["seconds"] = s.seconds;
   j["cases"] = s.cases;
   j["cases_per_second"] = s.rate();
@@ -88,7 +90,8 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
                   {"supported_combinations", support.supported_combinations},
                   {"partly_supported_combinations", support.partly_supported},
                   {"declined_cases", support.declined_cases},
-                  {"not_supported", s.unsupported}};
+                  {"not_supported", s.unsupported},
+                  {"by_combination", s.combinations}};  // [ran, declined]: shards merge exactly
   nlohmann::json failures = nlohmann::json::array();
   for (const FuzzFailure& f : s.failures) {
     nlohmann::json fc = nlohmann::json::array();
@@ -100,12 +103,55 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   return j;
 }
 
+FuzzStats stats_from_json(const nlohmann::json& j) {
+  FuzzStats s;
+  try {
+    s.cases = j.value("cases", std::int64_t{0});
+    s.failing_cases = j.value("failing_cases", std::int64_t{0});
+    s.seconds = j.value("seconds", 0.0);
+    if (j.contains("counts")) j.at("counts").get_to(s.counts);
+    if (j.contains("checks"))
+      for (const auto& [check, n] : j.at("checks").items())
+        s.checks[check] = {n.value("pass", std::int64_t{0}), n.value("fail", std::int64_t{0}),
+                           n.value("skip", std::int64_t{0})};
+    if (j.contains("ulp_histograms"))
+      for (const auto& [dtype, h] : j.at("ulp_histograms").items()) {
+        UlpHistogram& u = s.ulps[dtype];
+        u.max_ulps = h.value("max_ulps", 0.0);
+        for (int i = 0; i < UlpHistogram::kBuckets; ++i)
+          u.counts[i] = h.at("buckets").value(std::string(UlpHistogram::label(i)), std::int64_t{0});
+      }
+    if (j.contains("gpu_model"))
+      for (const auto& [kernel, t] : j.at("gpu_model").items())
+        s.model[kernel] = {t.value("launches", std::int64_t{0}), t.value("useful_bytes", std::int64_t{0}),
+                           t.value("warp_sector_bytes", std::int64_t{0}), t.value("dram_bytes", std::int64_t{0})};
+    if (j.contains("support")) {
+      const nlohmann::json& support = j.at("support");
+      if (support.contains("by_combination")) support.at("by_combination").get_to(s.combinations);
+      if (support.contains("not_supported")) support.at("not_supported").get_to(s.unsupported);
+    }
+    if (j.contains("failures"))
+      for (const nlohmann::json& f : j.at("failures")) {
+        FuzzFailure failure{f.value("index", std::int64_t{0}), f.value("seed", std::uint64_t{0}),
+                            f.value("case", std::string()), f.value("dir", std::string()), {}};
+        for (const nlohmann::json& c : f.value("checks", nlohmann::json::array()))
+          failure.checks.emplace_back(c.value("check", std::string()), c.value("message", std::string()));
+        s.failures.push_back(std::move(failure));
+      }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("not a fuzz.json this version reads: ") + e.what());
+  }
+  return s;
+}
+
 std::string summary(const FuzzStats& s, const FuzzOptions& o) {
   std::ostringstream out;
   char rate[96];
   std::snprintf(rate, sizeof rate, "%.1f s (%.0f cases/s, %.0f cases/min)", s.seconds, s.rate(), 60 * s.rate());
   out << "mlarope fuzz: " << s.cases << " cases in " << rate << " on backend " << o.backend
-      << ", seed " << o.seed << ", size " << o.size << "\n";
+      << ", seed " << o.seed << ", size " << o.size;
+  if (o.shard.count > 1) out << ", shard " << o.shard.index << " of " << o.shard.count << " (" << o.shard.source << ")";
+  out << "\n";
   out << "  checks:";
   for (const auto& [check, n] : s.checks)
     out << " " << check << " " << n[0] << "/" << n[1] << "/" << n[2];

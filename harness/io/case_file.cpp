@@ -1,11 +1,13 @@
 #include "io/case_file.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "mlarope/error.h"
+#include "reference.h"
 
 namespace mlarope::harness {
 namespace fs = std::filesystem;
@@ -172,7 +174,8 @@ const std::vector<std::string>& case_keys() {
   static const std::vector<std::string> keys = {
       "op",       "layout",        "dtype",        "table_dtype", "nope_dim", "emb_dim",
       "k_dim",    "v_dim",         "in_layout",    "out_layout",  "table_layout", "inverse",
-      "in_place", "cp_size",       "cp_rank",      "freq_mode",   "max_seqlen",   "inputs"};
+      "in_place", "cp_size",       "cp_rank",      "freq_mode",   "max_seqlen",   "inputs",
+      "yarn"};
   return keys;
 }
 
@@ -181,6 +184,51 @@ const std::vector<std::string>& input_names() {
                                                  "grad_key",   "grad_value", "cos",        "sin",
                                                  "cu_seqlens", "position_ids", "seq_offsets"};
   return names;
+}
+
+YarnTable parse_yarn(const json& j, const std::string& where) {
+  static const std::vector<std::string> keys = {
+      "rows", "offset", "rotary_base", "scaling_factor", "original_max_position_embeddings", "beta_fast",
+      "beta_slow", "mscale", "mscale_all_dim", "concentration"};
+  if (!j.is_object()) fail(where + ": 'yarn' must be an object of YaRN parameters");
+  reject_unknown_keys(j, keys, where + ": yarn", "key");
+  YarnTable y;
+  y.rows = get_int(j, "rows", where + ": yarn", 0, true);
+  y.offset = get_int(j, "offset", where + ": yarn", 0, false);
+  if (y.rows < 0 || y.offset < 0) fail(where + ": yarn: rows and offset must be >= 0");
+  auto number = [&](const char* key, double& into) {
+    if (!j.contains(key)) return;
+    if (!j.at(key).is_number()) fail(where + ": yarn." + key + " must be a number, got " + j.at(key).dump());
+    into = j.at(key).get<double>();
+  };
+  YarnParams& p = y.params;
+  number("rotary_base", p.rotary_base);
+  number("scaling_factor", p.scaling_factor);
+  number("original_max_position_embeddings", p.original_max_position_embeddings);
+  number("beta_fast", p.beta_fast);
+  number("beta_slow", p.beta_slow);
+  number("mscale", p.mscale);
+  number("mscale_all_dim", p.mscale_all_dim);
+  number("concentration", p.concentration_override);
+  return y;
+}
+
+json to_json(const YarnTable& y) {
+  const YarnParams& p = y.params;
+  json j = {{"rows", y.rows}, {"offset", y.offset}, {"rotary_base", p.rotary_base},
+            {"scaling_factor", p.scaling_factor}, {"original_max_position_embeddings", p.original_max_position_embeddings},
+            {"beta_fast", p.beta_fast}, {"beta_slow", p.beta_slow}, {"mscale", p.mscale},
+            {"mscale_all_dim", p.mscale_all_dim}};
+  if (!std::isnan(p.concentration_override)) j["concentration"] = p.concentration_override;
+  return j;
+}
+
+std::pair<npy::Array, npy::Array> yarn_arrays(const YarnTable& y, std::int64_t emb_dim, DType dtype,
+                                               PairLayout layout) {
+  npy::Array cos = npy::make(storage_dtype(dtype), {y.rows, emb_dim}), sin = cos;
+  YarnTablesCall call{y.params, y.offset, layout, view_of(cos, dtype), view_of(sin, dtype)};
+  reference::yarn_tables(call);
+  return {std::move(cos), std::move(sin)};
 }
 
 CaseConfig parse_config(const json& j, const std::string& where) {
@@ -216,6 +264,12 @@ CaseConfig parse_config(const json& j, const std::string& where) {
     if (!file.is_string()) fail(where + ": inputs." + name + " must be a file name");
     c.inputs[name] = file.get<std::string>();
   }
+  if (j.contains("yarn")) {
+    c.yarn = parse_yarn(j.at("yarn"), where);
+    for (const char* table : {"cos", "sin"})
+      if (c.inputs.count(table))
+        fail(where + ": inputs." + table + " and yarn both given: a case ships its tables or names them, not both");
+  }
   return c;
 }
 
@@ -244,6 +298,7 @@ json to_json(const CaseConfig& c) {
     j["max_seqlen"] = c.max_seqlen;
   }
   j["inputs"] = c.inputs;
+  if (c.yarn) j["yarn"] = to_json(*c.yarn);
   return j;
 }
 
@@ -282,8 +337,18 @@ Case read_case(const fs::path& dir) {
   }
   Case c;
   c.config = parse_config(j, where);
+  if (c.config.yarn) {  // the named table, made now: it is then checked like a shipped one
+    auto [cos, sin] = with_where(where, [&] {
+      return yarn_arrays(*c.config.yarn, c.config.emb_dim, c.config.table_dtype, c.config.table_layout);
+    });
+    check_array(where + " (yarn cos)", "cos", cos, c.config);
+    check_array(where + " (yarn sin)", "sin", sin, c.config);
+    c.arrays["cos"] = std::move(cos);
+    c.arrays["sin"] = std::move(sin);
+  }
   for (const std::string& name : required_inputs(c.config))
-    if (!c.config.inputs.count(name))
+    if (c.config.yarn && (name == "cos" || name == "sin")) continue;
+    else if (!c.config.inputs.count(name))
       fail(where + ": inputs has no '" + name + "', which " + std::string(to_string(c.config.op)) +
            (name == "cu_seqlens" ? " on THD" : "") + " needs");
   static const char* optional[] = {"position_ids", "seq_offsets"};
@@ -291,6 +356,7 @@ Case read_case(const fs::path& dir) {
   for (const char* name : optional)
     if (c.config.inputs.count(name)) names.push_back(name);
   for (const std::string& name : names) {
+    if (c.arrays.count(name)) continue;  // a named YaRN table
     const fs::path file = dir / c.config.inputs.at(name);
     npy::Array a;
     try {
@@ -306,14 +372,16 @@ Case read_case(const fs::path& dir) {
 
 void write_case(const fs::path& dir, const Case& c) {
   fs::create_directories(dir);
+  const auto named = [&](const std::string& name) { return c.config.yarn && (name == "cos" || name == "sin"); };
   for (const auto& [name, array] : c.arrays) {
+    if (named(name)) continue;
     const auto it = c.config.inputs.find(name);
     const std::string file = it != c.config.inputs.end() ? it->second : name + ".npy";
     npy::write(dir / file, array);
   }
   CaseConfig config = c.config;
   for (const auto& [name, array] : c.arrays)
-    if (!config.inputs.count(name)) config.inputs[name] = name + ".npy";
+    if (!config.inputs.count(name) && !named(name)) config.inputs[name] = name + ".npy";
   std::ofstream out(dir / "case.json");
   out << to_json(config).dump(1) << "\n";
   if (!out) fail((dir / "case.json").string() + ": cannot write");

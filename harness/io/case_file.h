@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -17,6 +19,14 @@ enum class Op { rope, rope_backward, kv_split, kv_split_backward };
 
 /// SPEC.md spelling of an op.
 std::string_view to_string(Op op);
+
+/// A YaRN table named in case.json ("yarn": {...}) instead of shipped as cos.npy/sin.npy: rows
+/// are positions offset .. offset + rows - 1, made by the reference in table_dtype and
+/// table_layout when the case is read.
+struct YarnTable {
+  YarnParams params;
+  std::int64_t rows = 0, offset = 0;
+};
 
 /// The scalar fields of case.json.
 struct CaseConfig {
@@ -34,7 +44,15 @@ struct CaseConfig {
   FreqMode freq_mode = FreqMode::per_sequence;
   std::int64_t max_seqlen = 0;
   std::map<std::string, std::string> inputs;  ///< input name -> file name in the directory
+  std::optional<YarnTable> yarn;              ///< the tables, when named rather than shipped
 };
+
+/// "yarn" of case.json (and yarn.json of `mlarope yarn`) and back; throws mlarope::Error.
+YarnTable parse_yarn(const nlohmann::json& json, const std::string& where);
+nlohmann::json to_json(const YarnTable& yarn);
+/// cos and sin [rows, emb_dim] of a YaRN table, by the reference, stored as `dtype`.
+std::pair<npy::Array, npy::Array> yarn_arrays(const YarnTable& yarn, std::int64_t emb_dim, DType dtype,
+                                               PairLayout layout);
 
 /// A case in memory: its config and input arrays by input name ("t", "cos", ...).
 struct Case {

@@ -254,3 +254,45 @@ TEST(CaseFile, InvalidCallIsRejectedByTheBackendWithTheArgumentNamed) {
 }
 
 }  // namespace
+
+// A case may name a YaRN table ("yarn" in case.json) instead of shipping cos.npy and sin.npy:
+// reading it makes the tables with the reference, and it runs like the shipped case.
+TEST(CaseFile, YarnNamedTablesReadLikeShippedOnes) {
+  TempDir tmp;
+  Case shipped = small_thd_case();
+  YarnTable y;
+  y.rows = 5;
+  y.offset = 3;
+  y.params.scaling_factor = 40;
+  y.params.original_max_position_embeddings = 64;
+  y.params.mscale = 1.0;
+  y.params.mscale_all_dim = 0.5;
+  auto [cos, sin] = yarn_arrays(y, 6, DType::f32, PairLayout::half);
+  shipped.arrays["cos"] = cos;
+  shipped.arrays["sin"] = sin;
+  Case named = shipped;
+  named.config.yarn = y;
+  named.config.inputs.erase("cos");
+  named.config.inputs.erase("sin");
+  write_case(tmp.path() / "named", named);
+  EXPECT_FALSE(fs::exists(tmp.path() / "named" / "cos.npy"));
+  const Case back = read_case(tmp.path() / "named");
+  EXPECT_EQ(back.arrays.at("cos").bytes, cos.bytes);
+  EXPECT_EQ(back.arrays.at("sin").bytes, sin.bytes);
+  ASSERT_TRUE(back.config.yarn);
+  EXPECT_EQ(back.config.yarn->offset, 3);
+  EXPECT_EQ(back.config.yarn->params.mscale_all_dim, 0.5);
+  EXPECT_EQ(run_case(back, reference_backend()).arrays.at("out").bytes,
+            run_case(shipped, reference_backend()).arrays.at("out").bytes);
+  // Both ways at once, an unknown parameter: named errors; too few rows: the call is refused.
+  write_case(tmp.path() / "both", shipped);
+  rewrite_json(tmp.path() / "both", [&](nlohmann::json& j) { j["yarn"] = to_json(y); });
+  expect_read_error(tmp.path() / "both", {"inputs.cos and yarn both given"});
+  rewrite_json(tmp.path() / "named", [](nlohmann::json& j) { j["yarn"]["beta_fats"] = 1; });
+  expect_read_error(tmp.path() / "named", {"yarn", "beta_fats", "beta_fast"});
+  rewrite_json(tmp.path() / "named", [](nlohmann::json& j) {
+    j["yarn"].erase("beta_fats");
+    j["yarn"]["rows"] = 2;
+  });
+  EXPECT_THROW(run_case(read_case(tmp.path() / "named"), reference_backend()), Error);
+}
