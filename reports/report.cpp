@@ -104,6 +104,17 @@ std::string fuzz_total(const std::vector<FuzzReport>& fuzz) {
   return s.str();
 }
 
+// The worst error as a fraction of the tolerance, per op/dtype ("" when the run has none).
+std::string fuzz_fractions(const json& j) {
+  if (!j.contains("tolerance_fractions") || !j["tolerance_fractions"].is_object() || j["tolerance_fractions"].empty())
+    return "";
+  std::string line = "worst error / tolerance (1 = at the limit):";
+  for (const auto& [key, h] : j["tolerance_fractions"].items())
+    line += " " + key + " " + (h.contains("max") && h["max"].is_number() ? fixed(h["max"].get<double>(), 2) : "inf") + ",";
+  line.pop_back();
+  return line;
+}
+
 // One line per failure: what failed and the command that replays it.
 std::vector<std::string> fuzz_failures(const json& j) {
   std::vector<std::string> lines;
@@ -147,11 +158,13 @@ double bucket_order(const std::string& label) {
   return std::atof(label.c_str());
 }
 
-// Histograms of a fuzz.json ("ulp_histograms": {dtype: {label: count}} or {"edges", "counts"}).
+// Histograms of a fuzz.json ("ulp_histograms": {dtype: {label: count}} or {"edges", "counts"};
+// "tolerance_fractions": {op/dtype: {"max", "buckets"}}).
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> fuzz_histograms(
-    const json& j) {
+    const json& j, const char* key_wanted = "ulp_histograms") {
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> out;
-  const char* key = j.contains("ulp_histograms") ? "ulp_histograms" : "ulp_histogram";
+  const bool ulps = std::string(key_wanted) == "ulp_histograms";
+  const char* key = ulps && !j.contains("ulp_histograms") ? "ulp_histogram" : key_wanted;
   if (!j.contains(key) || !j[key].is_object()) return out;
   for (const auto& [dtype, h] : j[key].items()) {
     std::vector<std::pair<std::string, double>> bins;
@@ -307,6 +320,7 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
     for (const FuzzReport& f : fuzz) {
       md << "- " << fuzz_headline(f) << "\n";
       for (const std::string& line : fuzz_support(f.json)) md << "  - " << line << "\n";
+      if (const std::string fractions = fuzz_fractions(f.json); !fractions.empty()) md << "  - " << fractions << "\n";
       for (const std::string& line : fuzz_shards(f.json)) md << "  - " << line << "\n";
       for (const std::string& line : fuzz_failures(f.json)) md << "  - " << line << "\n";
     }
@@ -396,12 +410,19 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
       }
       h << "</div>\n";
     }
+    for (const auto& [key, bins] : fuzz_histograms(f.json, "tolerance_fractions")) {
+      std::vector<std::string> labels;
+      Series s{"cases", {}};
+      for (const auto& [label, count] : bins) labels.push_back(label), s.values.push_back(count);
+      h << bar_chart("Worst error / tolerance, " + key, labels, {s},
+                     "worst element's |error| / allowed (1 = at the limit)", "cases (log scale)", 0, true);
+    }
     for (const auto& [dtype, bins] : fuzz_histograms(f.json)) {
       std::vector<std::string> labels;
       Series s{"elements", {}};
       for (const auto& [label, count] : bins) labels.push_back(label), s.values.push_back(count);
-      h << bar_chart("Error vs reference, " + dtype + " outputs", labels, {s}, "error (ulp of the output dtype)",
-                     "elements (log scale)", 0, true);
+      h << bar_chart("Error vs reference, " + dtype + " outputs (where the tolerance is relative)", labels, {s},
+                     "error (ulp of the output dtype)", "elements (log scale)", 0, true);
     }
   }
   if (!bench.empty()) {

@@ -119,7 +119,11 @@ namespace {
 
 CheckResult check_value(CheckContext& ctx, UlpHistogram& histogram) {
   const RunResult& p = ctx.primary();
-  if (!p.error.empty()) return failed(CheckKind::value, "the backend threw: " + p.error);
+  if (!p.error.empty()) {
+    CheckResult r = failed(CheckKind::value, "the backend threw: " + p.error);
+    r.max_fraction = INFINITY;  // no value to measure: counted as non-finite
+    return r;
+  }
   return compare_outputs(ctx.kase(), ctx.values(), p.outputs, ctx.expected(), CheckKind::value, 1.0,
                          &histogram);
 }
@@ -193,7 +197,10 @@ CheckReport run_checks(const Case& c, const Backend& backend, const CheckOptions
   }
   std::vector<CheckResult> results(kCheckCount);
   auto want = [&](CheckKind k) { return ctx.wants(k); };
-  if (want(CheckKind::value)) results[int(CheckKind::value)] = check_value(ctx, report.histogram);
+  if (want(CheckKind::value)) {
+    results[int(CheckKind::value)] = check_value(ctx, report.histogram);
+    report.tolerance_fraction = results[int(CheckKind::value)].max_fraction;
+  }
   if (want(CheckKind::determinism)) results[int(CheckKind::determinism)] = check_determinism(ctx);
   if (want(CheckKind::in_place)) results[int(CheckKind::in_place)] = check_in_place(ctx);
   if (want(CheckKind::round_trip)) results[int(CheckKind::round_trip)] = check_round_trip(ctx);

@@ -73,6 +73,32 @@ void UlpHistogram::merge(const UlpHistogram& other) {
   max_ulps = std::max(max_ulps, other.max_ulps);
 }
 
+void FractionHistogram::add(double fraction) {
+  static constexpr double kEdges[] = {0.0, 0.125, 0.25, 0.5, 1.0};
+  int bucket = kBuckets - 1;
+  if (std::isfinite(fraction)) {
+    bucket = kBuckets - 2;
+    for (int i = 0; i < 5; ++i)
+      if (fraction <= kEdges[i]) {
+        bucket = i;
+        break;
+      }
+  }
+  ++counts[bucket];
+  max = std::max(max, std::isnan(fraction) ? INFINITY : fraction);
+}
+
+void FractionHistogram::merge(const FractionHistogram& other) {
+  for (int i = 0; i < kBuckets; ++i) counts[i] += other.counts[i];
+  max = std::max(max, other.max);
+}
+
+std::string_view FractionHistogram::label(int i) {
+  static constexpr std::string_view kLabels[kBuckets] = {"0", "(0,0.125]", "(0.125,0.25]", "(0.25,0.5]",
+                                                         "(0.5,1]", ">1", "non-finite"};
+  return kLabels[i];
+}
+
 std::string_view UlpHistogram::label(int i) {
   static constexpr std::string_view kLabels[kBuckets] = {
       "0", "(0,0.5]", "(0.5,1]", "(1,2]", "(2,4]", "(4,8]", "(8,16]", ">16", "non-finite"};

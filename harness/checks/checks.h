@@ -55,7 +55,10 @@ struct CheckResult {
   double expected = std::numeric_limits<double>::quiet_NaN();
   double got = std::numeric_limits<double>::quiet_NaN();
   double ulps = std::numeric_limits<double>::quiet_NaN();  ///< |got - expected| in ulps
-  double max_ulps = 0.0;       ///< value-like checks: the largest error seen, in ulps
+  double max_ulps = 0.0;       ///< value-like checks: the largest error in ulps where the ulp is the measure
+  /// Value-like checks: the worst |error| / allowed over the elements (1 = at the limit of the
+  /// tolerance model; infinite when a copied element differs).
+  double max_fraction = 0.0;
   std::int64_t failures = 0;   ///< elements (or findings) that failed
   std::string message;         ///< one line: what was found, or why it was skipped
 
@@ -78,10 +81,24 @@ struct UlpHistogram {
   static std::string_view label(int i);
 };
 
+/// Counts of errors as a fraction of what the tolerance allows (the worst element of each
+/// case): bucket edges 0, 1/8, 1/4, 1/2, 1, then above 1 (a failure) and non-finite.
+struct FractionHistogram {
+  static constexpr int kBuckets = 7;
+  std::array<std::int64_t, kBuckets> counts{};
+  double max = 0.0;
+
+  void add(double fraction);
+  void merge(const FractionHistogram& other);
+  /// Label of bucket i ("0", "(0,0.125]", ..., ">1", "non-finite").
+  static std::string_view label(int i);
+};
+
 /// All checks of one case.
 struct CheckReport {
   std::vector<CheckResult> results;  ///< one per check that was asked for, in table order
-  UlpHistogram histogram;            ///< value errors of the primary run's outputs
+  UlpHistogram histogram;            ///< value errors of the primary run's outputs (ulp regime)
+  double tolerance_fraction = -1.0;  ///< the value check's max_fraction; -1 when it did not run
   DeviceStatus status = kStatusOk;   ///< the primary run's status word (SPEC.md §5)
   /// Why the backend declined the case ("" when it ran it): no check was run, none failed.
   std::string unsupported;

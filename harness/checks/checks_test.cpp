@@ -238,6 +238,49 @@ TEST(Checks, CopiedElementsMustBeBitwiseRotatedOnesWithinTolerance) {
   EXPECT_GT(rotated.max_ulps, 0.5);
 }
 
+// The value check's figures: the worst error as a fraction of the tolerance (a one-ulp bf16
+// error uses about all of its allowance: 1 ulp plus a small f32 term), infinite for a copy that
+// differs, and above 1 for an error outside the tolerance; ulps only where the allowance is
+// relative (an error near a cancelling 0 does not count in max_ulps).
+TEST(Checks, ValueReportsTheErrorAsAFractionOfTheTolerance) {
+  const CheckReport clean = run_checks(make_case({}), reference_backend());
+  EXPECT_EQ(clean.tolerance_fraction, 0.0);
+  const CheckReport rotated = run_checks(make_case({}), one_ulp_off({0, 1, 0, 6}));
+  EXPECT_GT(rotated.tolerance_fraction, 0.5);
+  EXPECT_LE(rotated.tolerance_fraction, 1.0);
+  EXPECT_EQ(rotated.at(CheckKind::value).max_fraction, rotated.tolerance_fraction);
+  const CheckReport copy = run_checks(make_case({}), one_ulp_off({0, 1, 0, 2}));
+  EXPECT_TRUE(std::isinf(copy.tolerance_fraction));
+  Backend far = reference_backend();
+  far.rope = [](const RopeCall& call) {
+    reference::rope(call);
+    nudge(call.out, {2, 1, 2, 7}, 0.25);
+  };
+  EXPECT_GT(run_checks(make_case({}), far).tolerance_fraction, 1.0);
+  // f32 (a finer ulp): u * c and v * s cancel to a result far below them, so the allowance is
+  // the f32 term, many ulps of the result; an error of half that allowance passes at 0.5 of
+  // the tolerance and stays out of max_ulps.
+  Case c = make_case({Op::rope, TokenLayout::sbhd, DType::f32});
+  float* t = c.arrays.at("t").data<float>();
+  float* cos = c.arrays.at("cos").data<float>();
+  float* sin = c.arrays.at("sin").data<float>();
+  for (int k = 0; k < 6; ++k) cos[k] = 0.6f, sin[k] = 0.8f;  // table row 0: a unit rotation
+  t[4] = 0.8f, t[7] = 0.6f;  // row 0, head 0, pair 0 (half: dims 4 and 7): u c - v s = 0
+  c.config.in_layout = PairLayout::half;
+  const CaseOutputs expected = run_case(c, reference_backend());
+  const double allowed = 4 * std::ldexp(1.0, -23) * (0.8 * 0.6 + 0.6 * 0.8);  // the f32 term
+  Backend half_off = reference_backend();
+  half_off.rope = [allowed](const RopeCall& call) {
+    reference::rope(call);
+    nudge(call.out, {0, 0, 0, 4}, allowed / 2);
+  };
+  const CheckResult v = run_checks(c, half_off).at(CheckKind::value);
+  EXPECT_EQ(v.outcome, Outcome::pass) << v.message;
+  EXPECT_NEAR(v.max_fraction, 0.5, 0.05) << v.message;
+  EXPECT_LT(v.max_ulps, 1.0) << "an error in the absolute-term regime counted in ulps: " << v.message;
+  EXPECT_LT(std::fabs(expected.arrays.at("out").data<float>()[4]), 1e-6);
+}
+
 TEST(Checks, DroppedInverseFailsValueAndRoundTrip) {
   Backend b = reference_backend();
   b.rope = [](RopeCall call) {

@@ -75,6 +75,8 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
   if (!report.unsupported.empty()) st.unsupported[report.unsupported]++;
   for (const CheckResult& r : report.results) st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
   st.ulps[std::string(to_string(s.dtype))].merge(report.histogram);
+  if (report.tolerance_fraction >= 0)
+    st.fractions[std::string(to_string(s.op)) + "/" + std::string(to_string(s.dtype))].add(report.tolerance_fraction);
 }
 
 // Everything one worker needs.

@@ -83,6 +83,8 @@ struct FuzzStats {
   std::map<std::string, std::map<std::string, std::int64_t>> counts;  ///< dimension -> value -> cases
   std::map<std::string, std::array<std::int64_t, 3>> checks;          ///< check -> pass, fail, skip
   std::map<std::string, UlpHistogram> ulps;                           ///< dtype -> value errors
+  /// "op/dtype" -> each case's worst error as a fraction of its tolerance (value check).
+  std::map<std::string, FractionHistogram> fractions;
   std::map<std::string, ModelTally> model;  ///< kernel -> the GPU model's tally (backend host)
   /// Flag combination (op, layout, dtype, layout triple, inverse, in place, CP) -> cases the
   /// backend ran, cases it declined (Unsupported).

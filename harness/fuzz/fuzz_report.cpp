@@ -1,5 +1,6 @@
 // FuzzStats: merging, fuzz.json and the summary.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -36,6 +37,7 @@ void FuzzStats::merge(const FuzzStats& other) {
   for (const auto& [check, n] : other.checks)
     for (int i = 0; i < 3; ++i) checks[check][i] += n[i];
   for (const auto& [dtype, h] : other.ulps) ulps[dtype].merge(h);
+  for (const auto& [key, h] : other.fractions) fractions[key].merge(h);
   for (const auto& [kernel, t] : other.model) model[kernel].merge(t);
   for (const auto& [combination, n] : other.combinations)
     for (int i = 0; i < 2; ++i) combinations[combination][i] += n[i];
@@ -79,6 +81,15 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
     ulps[dtype] = {{"max_ulps", h.max_ulps}, {"buckets", buckets}};
   }
   j["ulp_histograms"] = ulps;
+  nlohmann::json fractions;
+  for (const auto& [key, h] : s.fractions) {
+    nlohmann::json buckets;
+    for (int i = 0; i < FractionHistogram::kBuckets; ++i)
+      buckets[std::string(FractionHistogram::label(i))] = h.counts[i];
+    fractions[key] = {{"max", std::isfinite(h.max) ? nlohmann::json(h.max) : nlohmann::json("inf")},
+                      {"buckets", buckets}};
+  }
+  j["tolerance_fractions"] = fractions;
   nlohmann::json model;
   for (const auto& [kernel, t] : s.model)
     model[kernel] = {{"launches", t.launches}, {"sector_efficiency", t.sector_efficiency()},
@@ -121,6 +132,13 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
         for (int i = 0; i < UlpHistogram::kBuckets; ++i)
           u.counts[i] = h.at("buckets").value(std::string(UlpHistogram::label(i)), std::int64_t{0});
       }
+    if (j.contains("tolerance_fractions"))
+      for (const auto& [key, h] : j.at("tolerance_fractions").items()) {
+        FractionHistogram& f = s.fractions[key];
+        f.max = h.at("max").is_number() ? h.at("max").get<double>() : INFINITY;
+        for (int i = 0; i < FractionHistogram::kBuckets; ++i)
+          f.counts[i] = h.at("buckets").value(std::string(FractionHistogram::label(i)), std::int64_t{0});
+      }
     if (j.contains("gpu_model"))
       for (const auto& [kernel, t] : j.at("gpu_model").items())
         s.model[kernel] = {t.value("launches", std::int64_t{0}), t.value("useful_bytes", std::int64_t{0}),
@@ -156,10 +174,26 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
   for (const auto& [check, n] : s.checks)
     out << " " << check << " " << n[0] << "/" << n[1] << "/" << n[2];
   out << "  (pass/fail/skip)\n";
-  for (const auto& [dtype, h] : s.ulps) {
-    char line[64];
-    std::snprintf(line, sizeof line, "  %s: max %.3g ulp", dtype.c_str(), h.max_ulps);
-    out << line << "\n";
+  if (!s.fractions.empty()) {
+    out << "  error / tolerance, the worst element of each case (1 = at the limit; over 1 fails):";
+    int shown = 0;
+    for (const auto& [key, h] : s.fractions) {
+      char item[96];
+      std::snprintf(item, sizeof item, "%s max %.3g", key.c_str(), h.max);
+      out << (shown++ % 4 == 0 ? "\n    " : ", ") << item;
+    }
+    out << "\n";
+  }
+  if (!s.ulps.empty()) {
+    out << "  ulps, only where the tolerance is relative (the f32 term below the output's ulp; near a\n"
+           "  cancelling 0 it is absolute and ulps mean nothing):";
+    int shown = 0;
+    for (const auto& [dtype, h] : s.ulps) {
+      char item[64];
+      std::snprintf(item, sizeof item, "%s %s max %.3g", shown++ ? "," : "", dtype.c_str(), h.max_ulps);
+      out << item;
+    }
+    out << "\n";
   }
   if (!s.model.empty()) {
     out << "  GPU model, sector efficiency per kernel (launches):";
