@@ -23,7 +23,7 @@ way Megatron's MLA layer calls it, and declines (with the reason) what has no co
 - kv_split and its backward are not provided (rope_utils has no kv entry point);
 - declined: in place (no in-place form), f16/bf16
   activations (Megatron's unfused path rounds every product to the activation dtype, outside
-  DESIGN.md's f32 tolerance model: see the README's findings; ``low_precision=True`` runs them
+  DESIGN.md's f32 tolerance model: see docs/megatron.md's findings; ``low_precision=True`` runs them
   anyway), tables in a dtype other than f32 (Megatron rounds its table to the activation dtype),
   SBHD context parallelism on the host (Megatron slices the table through CUDA), position ids,
   sequence offsets, padding rows and invalid cu_seqlens (Megatron does not check them).
@@ -129,7 +129,7 @@ class MegatronUnfused:
             return False, "Megatron's unfused rope has no in-place form"
         if call.dtype != "f32" and not self.low_precision:
             return False, (f"{call.dtype} activations: Megatron's unfused path rounds each product to "
-                           f"{call.dtype}, outside the f32 tolerance model (README finding 1)")
+                           f"{call.dtype}, outside the f32 tolerance model (docs/megatron.md, finding 1)")
         if call.table_dtype != call.dtype:
             return False, f"a {call.table_dtype} table: Megatron rounds its table to the activation dtype"
         if (call.in_layout, call.out_layout) == ("half", "interleaved"):
@@ -207,7 +207,7 @@ class MegatronWithCosSin:
     """rope_utils.apply_rotary_pos_emb_with_cos_sin(t, cos, sin, rotary_interleaved): cos and sin
     of size (seq_len, d_rot / 2), SBHD, out of place, one context-parallel rank. Without flash-attn
     (any host) Megatron takes its fallback, which stacks the cos and sin values into ``freqs`` and
-    then takes cos() and sin() of them again: README finding 2, kept by a test."""
+    then takes cos() and sin() of them again: docs/megatron.md finding 2, kept by a test."""
 
     def __init__(self):
         self.megatron = megatron_sources.load()

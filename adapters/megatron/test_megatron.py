@@ -49,7 +49,7 @@ def test_unfused_census_over_every_op_and_dtype(tmp_path, capsys):
     result = mlarope.fuzz(MegatronUnfused(), cases=budget(7000), seed=2, out=str(tmp_path), quiet=True)
     show(capsys, "megatron unfused rope: every op, dtype and flag", result["summary"])
     assert result["failing_cases"] == 0
-    for reason in ("kv_split is not provided", "no in-place form", "bf16 activations", "README finding 1"):
+    for reason in ("kv_split is not provided", "no in-place form", "bf16 activations", "docs/megatron.md, finding 1"):
         assert reason in result["summary"]
 
 
