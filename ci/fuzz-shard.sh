@@ -22,7 +22,7 @@ while (($#)); do
     --seed | --base-seed) base=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) echo "fuzz-shard: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
