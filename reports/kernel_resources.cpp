@@ -3,7 +3,7 @@
 #include <cxxabi.h>
 
 #include <cstdlib>
-#include <regex>
+#include <cctype>
 #include <sstream>
 
 #include "svg.h"
@@ -38,9 +38,21 @@ std::string short_name(const std::string& mangled) {
   return name;
 }
 
-long long bytes_before(const std::string& line, const std::string& what) {
-  std::smatch m;
-  return std::regex_search(line, m, std::regex("([0-9]+) bytes " + what)) ? std::stoll(m[1]) : 0;
+// The number just before " <what>" in `line` ("12 bytes spill stores": 12), or 0.
+long long number_before(const std::string& line, const std::string& what) {
+  const std::size_t at = line.find(" " + what);
+  if (at == std::string::npos) return 0;
+  std::size_t start = at;
+  while (start > 0 && std::isdigit(static_cast<unsigned char>(line[start - 1]))) --start;
+  return start < at ? std::stoll(line.substr(start, at - start)) : 0;
+}
+
+// The text between `open` and the next `close` after it, or "".
+std::string between(const std::string& line, const std::string& open, const std::string& close) {
+  const std::size_t a = line.find(open);
+  if (a == std::string::npos) return "";
+  const std::size_t b = line.find(close, a + open.size());
+  return b == std::string::npos ? "" : line.substr(a + open.size(), b - a - open.size());
 }
 
 }  // namespace
@@ -48,25 +60,22 @@ long long bytes_before(const std::string& line, const std::string& what) {
 bool is_ptxas_log(const std::string& text) { return text.find("ptxas info") != std::string::npos; }
 
 std::vector<KernelResource> parse_ptxas(const std::string& text) {
-  static const std::regex entry(R"(Compiling entry function '([^']+)' for '([^']+)')");
-  static const std::regex used(R"(Used ([0-9]+) registers)");
   std::vector<KernelResource> kernels;
   std::istringstream in(text);
   std::string line;
-  std::smatch m;
   while (std::getline(in, line)) {
-    if (std::regex_search(line, m, entry)) {
-      kernels.push_back({short_name(m[1]), m[2]});
+    if (line.find("Compiling entry function '") != std::string::npos) {
+      kernels.push_back({short_name(between(line, "entry function '", "'")), between(line, "for '", "'")});
     } else if (kernels.empty()) {
       continue;
     } else if (line.find("bytes stack frame") != std::string::npos) {
       KernelResource& k = kernels.back();
-      k.stack = bytes_before(line, "stack frame");
-      k.spill_stores = bytes_before(line, "spill stores");
-      k.spill_loads = bytes_before(line, "spill loads");
-    } else if (std::regex_search(line, m, used)) {
-      kernels.back().registers = std::stoi(m[1]);
-      kernels.back().smem = bytes_before(line, "smem");
+      k.stack = number_before(line, "bytes stack frame");
+      k.spill_stores = number_before(line, "bytes spill stores");
+      k.spill_loads = number_before(line, "bytes spill loads");
+    } else if (line.find(" registers") != std::string::npos && line.find("Used ") != std::string::npos) {
+      kernels.back().registers = static_cast<int>(number_before(line, "registers"));
+      kernels.back().smem = number_before(line, "bytes smem");
     }
   }
   return kernels;
