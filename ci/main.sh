@@ -15,6 +15,7 @@ if ./build/mlarope run examples/mla_rope_sbhd_f16 --backend cuda >/dev/null 2>&1
 fi
 echo "== bundled cases (Megatron-LM's float64 answers) on reference ${backends[*]}"
 for case_dir in examples/*/; do
+  [ -f "$case_dir/case.json" ] || continue  # examples/plugin holds kernel plugins, not a case
   for backend in reference "${backends[@]}"; do
     ./build/mlarope run "$case_dir" --backend "$backend" --out "$out/cases/$backend/$(basename "$case_dir")" | grep -E "vs|tolerance|error"
   done
