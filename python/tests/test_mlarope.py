@@ -90,7 +90,7 @@ class DeclinesAll:
 
 def test_check_replays_a_repro_on_any_backend(tmp_path):
     with pytest.raises(mlarope.FuzzFailure) as failure:
-        mlarope.fuzz(NumpyRope(drop_inverse=True), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(NumpyRope(drop_inverse=True), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
     repro = failure.value.result["failures"][0]["dir"]
     broken = mlarope.check(NumpyRope(drop_inverse=True), repro)
     assert not broken["ok"] and any(outcome == "fail" for _, outcome, _ in broken["results"])
@@ -124,7 +124,7 @@ def test_bad_input_is_a_named_error():
 
 
 def test_a_numpy_kernel_fuzzes_clean_and_the_declined_calls_are_counted(tmp_path):
-    result = mlarope.fuzz(NumpyRope(), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+    result = mlarope.fuzz(NumpyRope(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
     assert result["failing_cases"] == 0
     assert "not supported (declined cases" in result["summary"]
     assert "rope: only SBHD f32 rope" in result["summary"]
@@ -133,7 +133,7 @@ def test_a_numpy_kernel_fuzzes_clean_and_the_declined_calls_are_counted(tmp_path
 
 def test_a_kernel_that_drops_inverse_fails_with_a_loadable_repro(tmp_path):
     with pytest.raises(mlarope.FuzzFailure) as failure:
-        mlarope.fuzz(NumpyRope(drop_inverse=True), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(NumpyRope(drop_inverse=True), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
     first = failure.value.result["failures"][0]
     assert "repro: " + first["dir"] in str(failure.value)
     config, arrays = mlarope.load_case(first["dir"])
@@ -142,7 +142,7 @@ def test_a_kernel_that_drops_inverse_fails_with_a_loadable_repro(tmp_path):
 
 def test_a_python_exception_is_a_failing_case_with_its_traceback(tmp_path):
     with pytest.raises(mlarope.FuzzFailure, match="broken on purpose") as failure:
-        mlarope.fuzz(NumpyRope(raise_on_call=True), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(NumpyRope(raise_on_call=True), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
     assert "Traceback (most recent call last)" in str(failure.value)
 
 
@@ -153,11 +153,11 @@ class WritesItsInput(NumpyRope):
 
 def test_a_kernel_writing_its_input_fails(tmp_path):
     with pytest.raises(mlarope.FuzzFailure, match="read-only"):
-        mlarope.fuzz(WritesItsInput(), cases=20000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(WritesItsInput(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
 
 
 def test_the_readme_example_fuzzes_clean(tmp_path):
-    result = mlarope.fuzz(MyRope(), ops=["rope"], cases=20000, out=str(tmp_path), quiet=True)
+    result = mlarope.fuzz(MyRope(), ops=["rope"], cases=8000, out=str(tmp_path), quiet=True)
     assert result["failing_cases"] == 0 and "rope: not my kernel's case" in result["summary"]
 
 
@@ -165,4 +165,4 @@ def test_the_pytest_fixture_fuzzes_into_tmp_path(mlarope_fuzz, tmp_path):
     result = mlarope_fuzz(MyRope(), ops=["rope"], cases=2000)
     assert result["failing_cases"] == 0 and result["out"].startswith(str(tmp_path))
     with pytest.raises(mlarope.FuzzFailure, match="repro: " + str(tmp_path)):
-        mlarope_fuzz(NumpyRope(drop_inverse=True), ops=["rope"], cases=20000)
+        mlarope_fuzz(NumpyRope(drop_inverse=True), ops=["rope"], cases=8000)
