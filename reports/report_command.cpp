@@ -109,10 +109,8 @@ std::vector<FuzzReport> merge_shards(std::vector<FuzzReport> reports) {
       const fs::path folder = fs::path(r->where).parent_path().filename();
       for (harness::FuzzFailure& f : s.failures)
         if (!f.dir.empty()) f.dir = (folder / f.dir).string();
-      total.seconds = std::max(total.seconds, s.seconds);  // the shards run at the same time
-      const double seconds = total.seconds;
-      total.merge(s);
-      total.seconds = seconds;
+      total.merge(s);  // adds counts, not seconds: the shards run at the same time
+      total.seconds = std::max(total.seconds, s.seconds);
       rates.push_back({{"where", r->where}, {"index", r->json["shard"].value("index", 0)},
                        {"cases", s.cases}, {"cases_per_second", s.rate()}, {"failing_cases", s.failing_cases}});
       merged.insert(r);

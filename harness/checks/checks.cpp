@@ -3,6 +3,7 @@
 #include "checks/checks.h"
 
 #include <cmath>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -53,19 +54,25 @@ std::string_view to_string(Outcome outcome) {
 
 // --- Histogram and report ----------------------------------------------------------------------
 
+namespace {
+
+// The bucket of `x` in a histogram with upper edges `edges` (x <= edge), then one bucket above
+// the last edge and one for a non-finite x.
+template <std::size_t N>
+int bucket_of(double x, const double (&edges)[N]) {
+  if (!std::isfinite(x)) return N + 1;
+  for (std::size_t i = 0; i < N; ++i)
+    if (x <= edges[i]) return static_cast<int>(i);
+  return N;
+}
+
+}  // namespace
+
 void UlpHistogram::add(double ulps) {
   static constexpr double kEdges[] = {0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0};
-  int bucket = kBuckets - 1;
-  if (std::isfinite(ulps)) {
-    bucket = kBuckets - 2;
-    for (int i = 0; i < 7; ++i)
-      if (ulps <= kEdges[i]) {
-        bucket = i;
-        break;
-      }
-    max_ulps = std::max(max_ulps, ulps);
-  }
-  ++counts[bucket];
+  static_assert(std::size(kEdges) + 2 == kBuckets);
+  ++counts[bucket_of(ulps, kEdges)];
+  if (std::isfinite(ulps)) max_ulps = std::max(max_ulps, ulps);
 }
 
 void UlpHistogram::merge(const UlpHistogram& other) {
@@ -75,16 +82,8 @@ void UlpHistogram::merge(const UlpHistogram& other) {
 
 void FractionHistogram::add(double fraction) {
   static constexpr double kEdges[] = {0.0, 0.125, 0.25, 0.5, 1.0};
-  int bucket = kBuckets - 1;
-  if (std::isfinite(fraction)) {
-    bucket = kBuckets - 2;
-    for (int i = 0; i < 5; ++i)
-      if (fraction <= kEdges[i]) {
-        bucket = i;
-        break;
-      }
-  }
-  ++counts[bucket];
+  static_assert(std::size(kEdges) + 2 == kBuckets);
+  ++counts[bucket_of(fraction, kEdges)];
   max = std::max(max, std::isnan(fraction) ? INFINITY : fraction);
 }
 
