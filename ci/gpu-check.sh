@@ -13,6 +13,9 @@ Builds mlarope for sm_90 with the CUDA backend and the benchmarks, finding its d
 only in .gpu-deps/prefix (bash ci/gpu-deps.sh makes it), then runs, each step under a timeout:
   device            nvidia-smi, and one example case on the CUDA backend
   ctest             every CTest test; the CUDA instances must run (none may skip for want of a device)
+  cuda-bench        cuda_bench --graph (smoke set, short), with the copy-floor counters
+  megatron-fused    megatron-core's fused MLA Triton kernels fuzzed through adapters/megatron
+                    (the Python module built for the device's python3; needs torch and triton)
   properties        the property binaries again with MLAROPE_BACKEND=cuda
   fuzz              mlarope fuzz --backend cuda for FUZZ_SECONDS
   megatron-cases    the Megatron cases of .gpu-deps/cases on the reference, host and cuda backends
@@ -23,10 +26,9 @@ only in .gpu-deps/prefix (bash ci/gpu-deps.sh makes it), then runs, each step un
   racecheck         compute-sanitizer racecheck, and
   synccheck         synccheck, over block_sum_cuda_test and the cases: the kernels that use
                     shared memory or barriers (the staged in-place rope kernel)
-  cuda-bench        cuda_bench --graph (smoke set, short), with the copy-floor counters
-  megatron-fused    megatron-core's fused MLA Triton kernels fuzzed through adapters/megatron
-                    (the Python module built for the device's python3; needs torch and triton)
   report            mlarope report over the fuzz and benchmark JSON
+The measurements only a device gives (benchmarks, Megatron's Triton kernels) come right after
+ctest, so that a run cut short by GPU_CHECK_BUDGET still has them.
 Everything lands in OUT_DIR as two files: gpu-check.tar.gz (every log, the JSON, the report)
 and summary.txt (one line per step: name, status, seconds, last line of its log). The exit
 status is nonzero when a step failed or timed out. The whole run keeps to GPU_CHECK_BUDGET.
@@ -42,6 +44,7 @@ Environment:
   OUT_DIR           where the two files go (default: $OUT, else gpu-check-out)
   BUILD_DIR         the build folder (default: build-gpu; reused when present)
   FUZZ_SECONDS      seconds of fuzzing (default 20; 5 in a dry run)
+  GPU_CHECK_STEPS   the steps to run, space separated (default: all; configure and build always run)
   GPU_CHECK_BUDGET  seconds for the whole run (default 460; 3600 in a dry run); a step gets at
                     most what is left, a step that would get under 10 s is not started
   MLAROPE_CASES_DIR the Megatron cases (default: .gpu-deps/cases)
@@ -85,6 +88,11 @@ run_step build "$( ((dry_run)) && echo 2400 || echo 300)" step_build || { finish
 device_step device 60 step_device
 # Every CTest test; on the GPU none may skip for want of a device, in a dry run they must.
 run_step ctest 240 step_ctest
+# What only a device measures come next, so that a short lease still gets them:
+# The CUDA benchmarks, graph mode, smoke set.
+device_step cuda-bench 120 step_cuda_bench
+# Megatron's fused MLA Triton kernels, fuzzed through the adapter (findings: their repro dirs).
+device_step megatron-fused $((fuzz_seconds + 150)) step_megatron_fused
 # The property binaries with MLAROPE_BACKEND=cuda (host in a dry run, a quarter of the cases).
 run_step properties 120 step_properties
 # A fuzz slice on the CUDA backend (the host backend in a dry run).
@@ -101,10 +109,6 @@ device_step initcheck 90 step_sanitize initcheck
 # racecheck and synccheck where shared memory and barriers are.
 device_step racecheck 60 step_shared_memory racecheck
 device_step synccheck 60 step_shared_memory synccheck
-# The CUDA benchmarks, graph mode, smoke set.
-device_step cuda-bench 120 step_cuda_bench
-# Megatron's fused MLA Triton kernels, fuzzed through the adapter (findings: their repro dirs).
-device_step megatron-fused $((fuzz_seconds + 150)) step_megatron_fused
 # The report over what the steps wrote.
 run_step report 60 step_report
 

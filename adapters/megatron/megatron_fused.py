@@ -39,11 +39,11 @@ def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _device_copy(a: np.ndarray, dtype: str, device: str) -> torch.Tensor:
+def _device_copy(a: np.ndarray, dtype: str, device: str, contiguous: bool = False) -> torch.Tensor:
     """A device tensor with the host view's shape, strides and values (contiguous when the view
-    broadcasts: the in-place kernel writes the copy)."""
+    broadcasts, since the in-place kernel writes the copy, or when asked)."""
     host = to_torch(a, dtype)
-    if 0 in host.stride():
+    if contiguous or 0 in host.stride():
         return host.to(device).clone(memory_format=torch.contiguous_format)  # a copy, always
     out = torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device=device)
     out.copy_(host)
@@ -53,14 +53,23 @@ def _device_copy(a: np.ndarray, dtype: str, device: str) -> torch.Tensor:
 class MegatronFusedMLA:
     """The backend: ``rope`` (rope, rope_backward), ``kv_split`` and ``kv_split_backward``."""
 
-    def __init__(self, device: str = "cuda", q_fn=None, kv_fn=None, decline_padding: bool = False):
+    def __init__(self, device: str = "cuda", q_fn=None, kv_fn=None, decline_padding: bool | None = None,
+                 contiguous: bool = False):
         self.device = device
-        self.decline_padding = decline_padding  # for stand-ins of the kernels (test_megatron.py)
+        # THD rows past cu_seqlens[-1]: Megatron's q kernel looks their sequence up past the end
+        # of cu_seqlens and reads its table out of bounds (an illegal memory access on an H200,
+        # adapters/megatron/findings/fused_q_thd_padding_rows); declined on CUDA by default.
+        self.decline_padding = device != "cpu" if decline_padding is None else decline_padding
+        self.contiguous = contiguous  # device copies in C order rather than with the view's strides
         if q_fn is None or kv_fn is None:
             fused = megatron_sources.load_fused()
             q_fn, kv_fn = fused.fused_apply_mla_rope_for_q, fused.fused_apply_mla_rope_for_kv
         self.q_fn, self.kv_fn = q_fn, kv_fn
         self.rope_utils = megatron_sources.load().rope_utils
+        # An illegal memory access leaves the CUDA context unusable: every later call raises the
+        # same error. The first such call fails (run with CUDA_LAUNCH_BLOCKING=1, it is the
+        # faulting one); the calls after it are declined, named as lost, not counted as failures.
+        self.lost = None
 
     # ---- what maps ----------------------------------------------------------------------------
 
@@ -69,6 +78,8 @@ class MegatronFusedMLA:
         return (False, why) if why else (True, "")
 
     def _decline(self, call) -> str | None:
+        if self.lost:
+            return f"not run: the CUDA context was lost to an illegal memory access in an earlier call ({self.lost})"
         if (call.in_layout, call.out_layout) != ("interleaved", "half"):
             return "Megatron's fused MLA kernels read interleaved pairs and write half ones only"
         if call.position_ids is not None or call.seq_offsets is not None:
@@ -82,6 +93,10 @@ class MegatronFusedMLA:
             return "k_dim or v_dim not a power of two (Triton's tl.arange)"
         if kv and call.inputs[0].shape[-2] == 0 and call.layout == "sbhd":
             return "no heads: Megatron's SBHD kv path views kv as [-1, H, D], which H = 0 cannot take"
+        heads = call.inputs[0].shape[-2]
+        if self.device != "cpu" and heads > 1 and not (heads <= 128 and heads & (heads - 1) == 0) and heads % 128:
+            return ("head count neither a power of two up to 128 nor a multiple of 128: the kernels' head mask "
+                    "ignores the block's first head (a finding)")
         if call.op == "rope_backward" and call.in_place:
             return "Megatron's backward runs through autograd, out of place"
         if call.layout == "thd":
@@ -90,16 +105,31 @@ class MegatronFusedMLA:
             if (lengths < 0).any() or (lengths % step).any() or (lengths // call.cp_size).sum() > call.inputs[0].shape[0]:
                 return "invalid cu_seqlens: Megatron does not check them"
             if self.decline_padding and (lengths // call.cp_size).sum() < call.inputs[0].shape[0]:
-                return "THD padding rows (declined on request)"
+                return "THD padding rows: Megatron's q kernel reads the table out of bounds for them (a finding)"
         else:
             x = call.inputs[0]
             if x.ndim == 4 and x.shape[1] > 1 and x.strides[0] != x.shape[1] * x.strides[1]:
                 return "SBHD rows not evenly spaced: Megatron views the input as [S * B, H, D]"
             if call.cp_size > 1 and self.device == "cpu":
                 return "SBHD context parallelism on the host: Megatron's get_pos_emb_on_this_cp_rank needs CUDA"
+            if call.cp_size > 1 and call.cos.shape[0] < x.shape[0] * call.cp_size:
+                return "SBHD context parallelism with fewer table rows than S x cp_size: Megatron slices the global table"
         return None
 
     # ---- the ops -------------------------------------------------------------------------------
+
+    def _guarded(self, op, call):
+        """Run `op`, synchronizing so that a kernel's fault is raised by its own call."""
+        try:
+            op(call)
+            if self.device != "cpu":
+                torch.cuda.synchronize()
+        except Exception as e:
+            if "illegal memory access" in str(e) or "CUDA error" in str(e):
+                x = call.inputs[0]
+                self.lost = (f"{call.op} {call.layout} {call.dtype} {'in place ' if call.in_place else ''}"
+                             f"shape {tuple(x.shape)} strides {tuple(x.strides)}")
+            raise
 
     def _tables(self, call):
         """cos, sin on the device, [R, 1, 1, emb_dim] contiguous, half layout, SBHD CP-sliced."""
@@ -125,6 +155,9 @@ class MegatronFusedMLA:
         return torch.from_numpy(call.cu_seqlens.astype(np.int32)).to(self.device)
 
     def rope(self, call):
+        return self._guarded(self._rope, call)
+
+    def _rope(self, call):
         t, out, dtype = call.inputs[0], call.outputs[0], call.dtype
         if t.size == 0:
             return
@@ -134,7 +167,7 @@ class MegatronFusedMLA:
         def rotate(x):  # in place on x (Megatron's contract), returns it
             return self.q_fn(x, cos, sin, call.nope_dim, call.emb_dim, cu, call.cp_rank, call.cp_size)
 
-        x = _device_copy(t, dtype, self.device)
+        x = _device_copy(t, dtype, self.device, self.contiguous)
         if call.op == "rope":
             write(out, rotate(x).cpu(), dtype)
             return
@@ -143,6 +176,9 @@ class MegatronFusedMLA:
         write(out, grad.cpu(), dtype)
 
     def kv_split(self, call):
+        return self._guarded(self._kv_split, call)
+
+    def _kv_split(self, call):
         kv, k_pe = call.inputs
         key, value = call.outputs
         if key.size == 0 and value.size == 0:
@@ -155,6 +191,9 @@ class MegatronFusedMLA:
         write(value, result[1].cpu().reshape(value.shape), call.dtype)
 
     def kv_split_backward(self, call):
+        return self._guarded(self._kv_split_backward, call)
+
+    def _kv_split_backward(self, call):
         grad_key, grad_value = call.inputs
         grad_kv, grad_k_pe = call.outputs
         if grad_kv.size == 0 and grad_k_pe.size == 0:  # with no heads, grad_k_pe is still written (zeros)

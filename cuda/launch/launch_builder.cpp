@@ -114,17 +114,17 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
     const std::int64_t chunks = args.emb_dim / 2 / pairs_per_chunk(true, in.dtype);
     const std::int64_t per_round = kernels::staged_slices_per_round(l.args.heads, chunks);
     const std::int64_t rounds = rows * ((l.args.heads + per_round - 1) / per_round);
-    l.grid = capped_for_layout(row_grid(rounds, per_round * chunks, profile), layout, profile);
+    l.work = per_round * chunks;
+    l.grid = capped_for_layout(row_grid(rounds, l.work, profile), layout, profile);
     return l;
   }
   const bool whole_slice = l.variant == RopeVariant::whole_slice_scalar;
   const std::int64_t chunks =
       args.emb_dim / 2 / pairs_per_chunk(l.variant == RopeVariant::chunked_vector, in.dtype);
-  const std::int64_t work =
-      whole_slice ? l.args.heads
-                  : std::max(chunks * l.args.heads,
-                             mode.in_place ? 0 : l.args.heads * copy_items(args.nope_dim, in.dtype));
-  l.grid = capped_for_layout(row_grid(rows, work, profile), layout, profile);
+  l.work = whole_slice ? l.args.heads
+                       : std::max(chunks * l.args.heads,
+                                  mode.in_place ? 0 : l.args.heads * copy_items(args.nope_dim, in.dtype));
+  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, profile);
   return l;
 }
 
@@ -150,8 +150,8 @@ KvSplitLaunch make_kv_split_launch(const KvSplitCall& c, const LaunchProfile& pr
   const std::int64_t rows = l.args.positions.seq_len * l.args.positions.batch;
   const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies = copy_items(a.k_dim, c.kv.dtype) + copy_items(a.v_dim, c.kv.dtype);
-  const std::int64_t work = l.args.heads * std::max(chunks, copies);
-  l.grid = capped_for_layout(row_grid(rows, work, profile), layout, profile);
+  l.work = l.args.heads * std::max(chunks, copies);
+  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, profile);
   return l;
 }
 
@@ -180,7 +180,8 @@ KvSplitBackwardLaunch make_kv_split_backward_launch(const KvSplitBackwardCall& c
   const std::int64_t copies =
       l.args.heads * (copy_items(a.k_dim, l.dtype) + copy_items(a.v_dim, l.dtype));
   const std::int64_t partial_sums = chunks * kernels::kv_sum_groups(l.args.heads, chunks);
-  l.grid = capped_for_layout(row_grid(rows, std::max(partial_sums, copies), profile), layout, profile);
+  l.work = std::max(partial_sums, copies);
+  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, profile);
   return l;
 }
 
@@ -214,7 +215,8 @@ YarnLaunch make_yarn_launch(const YarnTablesCall& c, const LaunchProfile& profil
   };
   a.concentration = std::isnan(p.concentration_override) ? mscale(p.mscale) / mscale(p.mscale_all_dim)
                                                          : p.concentration_override;
-  l.grid = a.rows == 0 ? kernels::GridShape{} : row_grid(a.rows, a.emb_dim / 2, profile);
+  l.work = a.emb_dim / 2;
+  l.grid = a.rows == 0 ? kernels::GridShape{} : row_grid(a.rows, l.work, profile);
   return l;
 }
 

@@ -27,6 +27,7 @@ enum class KvVariant : std::uint8_t {
 /// rope, rope_inplace, rope_backward, rope_backward_inplace.
 struct RopeLaunch {
   kernels::GridShape grid;
+  std::int64_t work = 0;  ///< work items per row (staged: per round) the block's threads share
   kernels::RopeKernelArgs args;
   DType dtype = DType::f32;
   RopeVariant variant = RopeVariant::chunked_scalar;
@@ -35,6 +36,7 @@ struct RopeLaunch {
 /// kv_split.
 struct KvSplitLaunch {
   kernels::GridShape grid;
+  std::int64_t work = 0;  ///< work items per row (staged: per round) the block's threads share
   kernels::KvSplitKernelArgs args;
   DType dtype = DType::f32;
   KvVariant variant = KvVariant::scalar;
@@ -43,6 +45,7 @@ struct KvSplitLaunch {
 /// kv_split_backward.
 struct KvSplitBackwardLaunch {
   kernels::GridShape grid;
+  std::int64_t work = 0;  ///< work items per row (staged: per round) the block's threads share
   kernels::KvSplitBackwardKernelArgs args;
   DType dtype = DType::f32;
   KvVariant variant = KvVariant::scalar;
@@ -51,6 +54,7 @@ struct KvSplitBackwardLaunch {
 /// yarn_tables.
 struct YarnLaunch {
   kernels::GridShape grid;
+  std::int64_t work = 0;  ///< work items per row (staged: per round) the block's threads share
   kernels::YarnKernelArgs args;
 };
 

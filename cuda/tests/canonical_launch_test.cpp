@@ -1,0 +1,384 @@
+// The launch each canonical call gets: the DeepSeek-V3 shapes (H = 128, nope 128, emb 64,
+// k = v = 128) in every dtype, SBHD and THD, aligned and misaligned views, and the grid caps.
+// For each, the expected variant, grid, block and work items per row are written out by hand
+// from the rule in docs/kernels.md ("Launch geometry"), not computed by the builder's code;
+// the GPU model then runs the call with that geometry and its predicted sector efficiency must
+// reach the value recorded here. Exact figures, not timings: a launch builder that never picks
+// a vector path, or sizes the grid from the wrong work count, fails here although its results
+// are right.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "launch/launch_builder.h"
+#include "launch/stream_impl.h"
+#include "mlarope/backend.h"
+#include "mlarope/ops.h"
+
+namespace mlarope::test {
+namespace {
+
+enum class Call { rope, rope_inplace, rope_backward, rope_backward_inplace, kv_split, kv_split_backward, yarn };
+
+const char* op_name(Call c) {
+  switch (c) {
+    case Call::rope:
+    case Call::rope_inplace: return "rope";
+    case Call::rope_backward:
+    case Call::rope_backward_inplace: return "rope_backward";
+    case Call::kv_split: return "kv_split";
+    case Call::kv_split_backward: return "kv_split_backward";
+    case Call::yarn: return "yarn_tables";
+  }
+  return "?";
+}
+
+constexpr PairLayout kI = PairLayout::interleaved, kH = PairLayout::half;
+
+struct Canonical {
+  std::string name;
+  Call call;
+  DType dtype;
+  TokenLayout layout = TokenLayout::sbhd;
+  std::int64_t rows = 8;    ///< SBHD: S = rows / 2, B = 2 (B = 1 when odd); THD: two sequences
+  std::int64_t heads = 128;
+  std::int64_t nope = 128;  ///< rope ops; kv ops: k = v = nope
+  std::int64_t emb = 64;
+  PairLayout in = kI, out = kH;  ///< rope pair layouts (MLA by default)
+  std::int64_t shift = 0;   ///< elements the activation inputs start past a 256-byte boundary
+  // What the rule gives:
+  std::string variant;
+  std::int64_t blocks;
+  int threads;
+  std::int64_t work;        ///< work items per row (staged: per round), shared by the threads
+  /// The GPU model's figure when recorded (rounded down to 0.01); 0: builder only (too big to run).
+  double min_sector_efficiency;
+};
+
+// Every canonical call. Work items: pair chunks (4 pairs of f16/bf16 or 2 of f32 on the vector
+// paths, 1 pair on the scalar ones) and 16-byte copy pieces (plus tail elements) of nope / k /
+// v. Threads: the work rounded up to a warp, 32 to 128. Blocks: one per row (staged: per round
+// of whole slices, 512 chunks a round), THD at most 4096, any layout at most 2^20.
+const std::vector<Canonical>& canonical_calls() {
+  static const std::vector<Canonical> calls = {
+      // q: 128 heads x 8 chunks (bf16) = 1024 < 128 x 16 nope pieces = 2048.
+      {"q rope bf16", Call::rope, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "chunked_vector", 8, 128, 2048, 1.0},
+      {"q rope f16", Call::rope, DType::f16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "chunked_vector", 8, 128, 2048, 1.0},
+      // f32: 128 x 16 chunks = 2048 < 128 x 32 nope pieces.
+      {"q rope f32", Call::rope, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "chunked_vector", 8, 128, 4096, 1.0},
+      {"q rope thd bf16", Call::rope, DType::bf16, TokenLayout::thd, 8, 128, 128, 64, kI, kH, 0,
+       "chunked_vector", 8, 128, 2048, 0.99},
+      {"q rope_backward bf16", Call::rope_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "chunked_vector", 8, 128, 2048, 1.0},
+      {"q rope_backward f32", Call::rope_backward, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "chunked_vector", 8, 128, 4096, 1.0},
+      // In place with the MLA layout change: staged rounds of 512 / 8 = 64 slices (bf16), two
+      // rounds a row; f32: 32 slices of 16 chunks, four rounds a row.
+      {"q rope_inplace bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "staged_vector", 16, 128, 512, 1.0},
+      {"q rope_inplace f16", Call::rope_inplace, DType::f16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "staged_vector", 16, 128, 512, 1.0},
+      {"q rope_inplace f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "staged_vector", 32, 128, 512, 1.0},
+      {"q rope_inplace thd bf16", Call::rope_inplace, DType::bf16, TokenLayout::thd, 8, 128, 128, 64, kI, kH, 0,
+       "staged_vector", 16, 128, 512, 0.98},
+      {"q rope_backward_inplace bf16", Call::rope_backward_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
+       kI, kH, 0, "staged_vector", 16, 128, 512, 1.0},
+      // In place without a layout change: chunks only, 128 x 8 (bf16), 128 x 16 (f32).
+      {"q rope_inplace half bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kH, kH, 0,
+       "chunked_vector", 8, 128, 1024, 1.0},
+      {"q rope_inplace half f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kH, kH, 0,
+       "chunked_vector", 8, 128, 2048, 1.0},
+      // Misaligned by one element: the scalar paths, 32 one-pair chunks a slice.
+      {"q rope bf16 misaligned", Call::rope, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 1,
+       "chunked_scalar", 8, 128, 4096, 0.62},
+      {"q rope f32 misaligned", Call::rope, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 1,
+       "chunked_scalar", 8, 128, 4096, 0.71},
+      {"q rope_inplace bf16 misaligned", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH,
+       1, "whole_slice_scalar", 8, 128, 128, 0.06},
+      // kv: 128 heads x max(8 chunks, 16 + 16 pieces of k and v) (bf16); f32: max(16, 32 + 32).
+      {"kv_split bf16", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "vector", 8, 128, 4096, 1.0},
+      {"kv_split f16", Call::kv_split, DType::f16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "vector", 8, 128, 4096, 1.0},
+      {"kv_split f32", Call::kv_split, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "vector", 8, 128, 8192, 1.0},
+      {"kv_split thd bf16", Call::kv_split, DType::bf16, TokenLayout::thd, 8, 128, 128, 64, kI, kH, 0,
+       "vector", 8, 128, 4096, 0.99},
+      {"kv_split bf16 misaligned", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 1,
+       "scalar", 8, 128, 4096, 0.81},
+      // kv backward: max(8 chunks x 16 head groups, 128 x 32 pieces) (bf16); f32: 16 x 8, 128 x 64.
+      {"kv_split_backward bf16", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "vector", 8, 128, 4096, 1.0},
+      {"kv_split_backward f32", Call::kv_split_backward, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
+       "vector", 8, 128, 8192, 1.0},
+      {"kv_split_backward bf16 misaligned", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
+       kI, kH, 1, "scalar", 8, 128, 4096, 0.85},
+      // One small head: 8 chunks (f32 emb 8: 2), one warp; THD stops at 4096 blocks, any layout at 2^20.
+      {"rope thd bf16 past the THD block cap", Call::rope, DType::bf16, TokenLayout::thd, 5000, 1, 0, 64, kI, kH, 0,
+       "chunked_vector", 4096, 32, 8, 0.73},
+      {"rope sbhd f32 past the block cap", Call::rope, DType::f32, TokenLayout::sbhd, (1 << 20) + 6, 1, 0, 8, kH, kH,
+       0, "chunked_vector", 1 << 20, 32, 2, 0.0},
+      // YaRN tables: one block per row, a thread per pair.
+      {"yarn_tables bf16", Call::yarn, DType::bf16, TokenLayout::sbhd, 8, 1, 0, 64, kI, kH, 0, "", 8, 32, 32, 1.0},
+      {"yarn_tables f32 128 pairs", Call::yarn, DType::f32, TokenLayout::sbhd, 8, 1, 0, 256, kI, kH, 0, "", 8, 128,
+       128, 1.0},
+  };
+  return calls;
+}
+
+// Zeroed bytes starting at a 256-byte boundary (cudaMalloc's alignment); views at element
+// offsets. Unbacked when `backed` is false (builder-only calls: nothing reads the memory).
+class Arena {
+ public:
+  Arena(std::int64_t bytes, bool backed) : storage_(backed ? static_cast<std::size_t>(bytes + 256) : 0, 0) {
+    const auto address = reinterpret_cast<std::uintptr_t>(storage_.data());
+    base_ = backed ? storage_.data() + (256 - address % 256) % 256 : reinterpret_cast<unsigned char*>(std::uintptr_t{1} << 20);
+  }
+  // A view of `shape`, C order, at byte offset `offset` (kept 256-aligned by the caller) plus
+  // `shift` elements.
+  TensorView view(std::int64_t offset, std::int64_t shift, DType dtype, const std::vector<std::int64_t>& shape) {
+    TensorView v;
+    v.data = base_ + offset + shift * static_cast<std::int64_t>(dtype_size(dtype));
+    v.dtype = dtype;
+    v.rank = static_cast<int>(shape.size());
+    std::int64_t stride = 1;
+    for (int d = v.rank - 1; d >= 0; --d) {
+      v.shape[static_cast<std::size_t>(d)] = shape[static_cast<std::size_t>(d)];
+      v.strides[static_cast<std::size_t>(d)] = stride;
+      stride *= shape[static_cast<std::size_t>(d)];
+    }
+    return v;
+  }
+
+ private:
+  std::vector<unsigned char> storage_;
+  unsigned char* base_ = nullptr;
+};
+
+std::int64_t elements(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+// Room for a tensor of `shape` in `dtype`, rounded up to 256 bytes, plus 256 for a shift.
+std::int64_t room(const std::vector<std::int64_t>& shape, DType dtype) {
+  return (elements(shape) * static_cast<std::int64_t>(dtype_size(dtype)) + 255) / 256 * 256 + 256;
+}
+
+// Activation shape: SBHD [S, B, H, width] or THD [T, H, width].
+std::vector<std::int64_t> activation_shape(const Canonical& c, std::int64_t heads, std::int64_t width) {
+  if (c.layout == TokenLayout::thd) return {c.rows, heads, width};
+  const std::int64_t b = c.rows % 2 == 0 ? 2 : 1;
+  return {c.rows / b, b, heads, width};
+}
+
+// What a canonical call got: from the launch builder (CUDA profile) and the GPU model's run.
+struct Observed {
+  std::string variant;
+  kernels::GridShape grid;
+  std::int64_t work = 0;
+  std::vector<ModelLaunchStats> model;
+};
+
+const char* variant_name(detail::RopeVariant v) {
+  switch (v) {
+    case detail::RopeVariant::chunked_vector: return "chunked_vector";
+    case detail::RopeVariant::chunked_scalar: return "chunked_scalar";
+    case detail::RopeVariant::staged_vector: return "staged_vector";
+    case detail::RopeVariant::whole_slice_scalar: return "whole_slice_scalar";
+  }
+  return "?";
+}
+const char* variant_name(detail::KvVariant v) { return v == detail::KvVariant::vector ? "vector" : "scalar"; }
+
+// The call's buffers and descriptors: tables [rows, emb] f32 (aligned), activations shifted.
+class CanonicalRun {
+ public:
+  explicit CanonicalRun(const Canonical& c)
+      : c_(c), backed_(c.min_sector_efficiency > 0), arena_(total_bytes(), backed_) {}
+
+  Observed run() {
+    const detail::LaunchProfile profile = detail::cuda_launch_profile();
+    HostStreamOptions options;
+    options.gpu_model = true;
+    Stream stream = Stream::host(options);
+    Observed o;
+    switch (c_.call) {
+      case Call::rope:
+      case Call::rope_backward: {
+        const TensorView in = next_view(c_.shift, rope_shape()), out = next_view(c_.shift, rope_shape());
+        const RopeArgs args = rope_args();
+        const detail::RopeLaunch l = detail::make_rope_launch(in, out, args, {false, c_.call == Call::rope_backward}, profile);
+        o = {variant_name(l.variant), l.grid, l.work, {}};
+        if (!backed_) break;
+        if (c_.call == Call::rope) rope(RopeCall{in, out, args}, stream);
+        else rope_backward(RopeBackwardCall{in, out, args}, stream);
+        break;
+      }
+      case Call::rope_inplace:
+      case Call::rope_backward_inplace: {
+        const TensorView t = next_view(c_.shift, rope_shape());
+        const RopeArgs args = rope_args();
+        const bool adjoint = c_.call == Call::rope_backward_inplace;
+        const detail::RopeLaunch l = detail::make_rope_launch(t, t, args, {true, adjoint}, profile);
+        o = {variant_name(l.variant), l.grid, l.work, {}};
+        if (!backed_) break;
+        if (adjoint) rope_backward_inplace(RopeBackwardInplaceCall{t, args}, stream);
+        else rope_inplace(RopeInplaceCall{t, args}, stream);
+        break;
+      }
+      case Call::kv_split: {
+        KvSplitCall k;
+        k.kv = next_view(c_.shift, activation_shape(c_, c_.heads, 2 * c_.nope));
+        k.k_pe = next_view(c_.shift, activation_shape(c_, 1, c_.emb));
+        k.key = next_view(0, activation_shape(c_, c_.heads, c_.nope + c_.emb));
+        k.value = next_view(0, activation_shape(c_, c_.heads, c_.nope));
+        k.args = kv_args();
+        const detail::KvSplitLaunch l = detail::make_kv_split_launch(k, profile);
+        o = {variant_name(l.variant), l.grid, l.work, {}};
+        if (backed_) kv_split(k, stream);
+        break;
+      }
+      case Call::kv_split_backward: {
+        KvSplitBackwardCall k;
+        k.grad_key = next_view(c_.shift, activation_shape(c_, c_.heads, c_.nope + c_.emb));
+        k.grad_value = next_view(0, activation_shape(c_, c_.heads, c_.nope));
+        k.grad_kv = next_view(0, activation_shape(c_, c_.heads, 2 * c_.nope));
+        k.grad_k_pe = next_view(0, activation_shape(c_, 1, c_.emb));
+        k.args = kv_args();
+        const detail::KvSplitBackwardLaunch l = detail::make_kv_split_backward_launch(k, profile);
+        o = {variant_name(l.variant), l.grid, l.work, {}};
+        if (backed_) kv_split_backward(k, stream);
+        break;
+      }
+      case Call::yarn: {
+        YarnTablesCall y;
+        y.params.scaling_factor = 40;
+        y.cos = next_view(0, {c_.rows, c_.emb});
+        y.sin = next_view(0, {c_.rows, c_.emb});
+        const detail::YarnLaunch l = detail::make_yarn_launch(y, profile);
+        o = {"", l.grid, l.work, {}};
+        if (backed_) yarn_tables(y, stream);
+        break;
+      }
+    }
+    stream.synchronize();
+    o.model = take_model_stats(stream);
+    return o;
+  }
+
+ private:
+  std::vector<std::int64_t> rope_shape() const { return activation_shape(c_, c_.heads, c_.nope + c_.emb); }
+
+  std::int64_t total_bytes() const {
+    const std::int64_t width = 2 * c_.nope + c_.emb;  // the widest activation of any op
+    return 6 * room(activation_shape(c_, c_.heads, width), DType::f32) + 2 * room({c_.rows, c_.emb}, DType::f32);
+  }
+
+  TensorView next_view(std::int64_t shift, const std::vector<std::int64_t>& shape, DType dtype) {
+    const TensorView v = arena_.view(used_, shift, dtype, shape);
+    used_ += room(shape, dtype);
+    return v;
+  }
+  TensorView next_view(std::int64_t shift, const std::vector<std::int64_t>& shape) {
+    return next_view(shift, shape, c_.dtype);
+  }
+
+  Rotation rotation() {
+    Rotation r;
+    r.in_layout = c_.in;
+    r.out_layout = c_.out;
+    r.table_layout = PairLayout::half;
+    r.cos = next_view(0, {c_.rows, c_.emb}, DType::f32);
+    r.sin = next_view(0, {c_.rows, c_.emb}, DType::f32);
+    return r;
+  }
+
+  Positions positions() {
+    Positions p;
+    p.layout = c_.layout;
+    if (c_.layout == TokenLayout::thd) {
+      cu_seqlens_ = {0, static_cast<std::int32_t>(c_.rows / 3), static_cast<std::int32_t>(c_.rows)};
+      p.freq_mode = FreqMode::packed;
+      p.cu_seqlens = {cu_seqlens_.data(), IndexType::i32, 3};
+    }
+    return p;
+  }
+
+  RopeArgs rope_args() {
+    RopeArgs a;
+    a.nope_dim = c_.nope;
+    a.emb_dim = c_.emb;
+    a.rotation = rotation();
+    a.positions = positions();
+    a.status = &status_;
+    return a;
+  }
+
+  KvSplitArgs kv_args() {
+    KvSplitArgs a;
+    a.k_dim = a.v_dim = c_.nope;
+    a.emb_dim = c_.emb;
+    a.rotation = rotation();
+    a.positions = positions();
+    a.status = &status_;
+    return a;
+  }
+
+  const Canonical& c_;
+  bool backed_;
+  Arena arena_;
+  std::int64_t used_ = 0;
+  std::vector<std::int32_t> cu_seqlens_;
+  DeviceStatus status_ = kStatusOk;
+};
+
+class CanonicalLaunch : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(CanonicalLaunch, GetsTheDocumentedVariantGridAndWork) {
+  const Canonical& c = canonical_calls()[GetParam()];
+  SCOPED_TRACE(c.name);
+  const Observed o = CanonicalRun(c).run();
+  EXPECT_EQ(o.variant, c.variant);
+  EXPECT_EQ(o.grid.blocks, c.blocks);
+  EXPECT_EQ(o.grid.threads, c.threads);
+  EXPECT_EQ(o.work, c.work);
+  // Items per thread: the rule's figure, the work over the block's threads.
+  EXPECT_EQ((o.work + o.grid.threads - 1) / o.grid.threads, (c.work + c.threads - 1) / c.threads);
+  if (c.min_sector_efficiency == 0) return;  // builder only
+  ASSERT_EQ(o.model.size(), 1u) << "one launch per call";
+  const ModelLaunchStats& m = o.model[0];
+  const std::string want = c.call == Call::yarn ? std::string("yarn_tables")
+                                                : std::string(op_name(c.call)) + "/" + c.variant + "/" +
+                                                      std::string(to_string(c.dtype));
+  EXPECT_EQ(m.kernel, want) << "the launch the stream ran";
+  EXPECT_EQ(m.blocks, c.blocks) << "the GPU model runs the CUDA geometry";
+  EXPECT_EQ(m.threads, c.threads);
+  EXPECT_EQ(m.errors, 0);
+  EXPECT_GE(m.sector_efficiency(), c.min_sector_efficiency) << "predicted sector efficiency fell";
+  std::printf("  %-40s %-24s grid %7lld x %3d, %5lld items/thread, sector efficiency %.3f\n", c.name.c_str(),
+              m.kernel.c_str(), static_cast<long long>(m.blocks), m.threads,
+              static_cast<long long>((c.work + c.threads - 1) / c.threads), m.sector_efficiency());
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::size_t>& info) {
+  std::string name = canonical_calls()[info.param].name;
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dsv3, CanonicalLaunch, ::testing::Range<std::size_t>(0, canonical_calls().size()),
+                         case_name);
+
+}  // namespace
+}  // namespace mlarope::test
