@@ -50,4 +50,18 @@ std::string write_failure(const fs::path& dir, const CaseSpec& spec, const harne
   return command;
 }
 
+std::string write_yarn_failure(const fs::path& dir, const harness::YarnCase& c, const harness::CheckReport& report,
+                               const std::string& backend, const std::string& note) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir.string() + ": cannot create the directory");
+  write_text(dir / "yarn_case.json", harness::to_json(c).dump(1) + "\n");
+  const std::string command = std::string(MLAROPE_CLI_PATH) + " check " + dir.string() + " --backend " + backend;
+  write_text(dir / "report.txt", harness::describe(c) + "\nbackend " + backend + "\n" +
+                                     harness::format_report(report) + (note.empty() ? "" : note + "\n") +
+                                     "replay: " + command + "\n");
+  return command;
+}
+
 }  // namespace mlarope::props

@@ -7,6 +7,7 @@
 
 #include "case_spec.h"
 #include "checks/checks.h"
+#include "checks/yarn_check.h"
 
 namespace mlarope::props {
 
@@ -24,5 +25,11 @@ std::string write_failure(const std::filesystem::path& dir, const CaseSpec& spec
                           const harness::Case& c, const harness::CheckOptions& options,
                           const harness::CheckReport& report, const std::string& backend,
                           const std::string& note = "");
+
+/// Write `dir` afresh for a failing yarn_tables case: yarn_case.json (what `mlarope check DIR`
+/// replays) and report.txt. Returns the replay command.
+std::string write_yarn_failure(const std::filesystem::path& dir, const harness::YarnCase& c,
+                               const harness::CheckReport& report, const std::string& backend,
+                               const std::string& note = "");
 
 }  // namespace mlarope::props

@@ -4,6 +4,8 @@
 #include "generators.h"
 
 #include <algorithm>
+#include <cmath>
+#include <ostream>
 
 namespace mlarope::props {
 namespace {
@@ -275,6 +277,59 @@ rc::Gen<CaseSpec> case_spec(const GenOptions& o) {
   });
 }
 
+namespace {
+
+// Log-uniform in [lo, hi] (1,000 steps); shrinks towards lo.
+Gen<double> log_uniform(double lo, double hi) {
+  return gen::map(uniform(0, 1000), [lo, hi](I k) { return lo * std::pow(hi / lo, static_cast<double>(k) / 1000.0); });
+}
+
+// Uniform in [lo, hi] (1,000 steps); shrinks towards lo.
+Gen<double> linear(double lo, double hi) {
+  return gen::map(uniform(0, 1000), [lo, hi](I k) { return lo + (hi - lo) * static_cast<double>(k) / 1000.0; });
+}
+
+Gen<YarnParams> yarn_params() {
+  return gen::build<YarnParams>(
+      gen::set(&YarnParams::rotary_base, pick_gen<double>({{40, gen::just(10000.0)},
+                                                           {20, any_of<double>({50000.0, 1e6})},
+                                                           {40, log_uniform(1.5, 1e7)}})),
+      gen::set(&YarnParams::scaling_factor,
+               pick_gen<double>({{25, gen::just(1.0)}, {25, gen::just(40.0)}, {50, log_uniform(0.5, 128.0)}})),
+      gen::set(&YarnParams::original_max_position_embeddings,
+               pick_gen<double>({{50, gen::just(4096.0)}, {50, log_uniform(16.0, 131072.0)}})),
+      gen::set(&YarnParams::beta_fast, pick_gen<double>({{50, gen::just(32.0)}, {50, linear(1.0, 64.0)}})),
+      gen::set(&YarnParams::beta_slow, pick_gen<double>({{50, gen::just(1.0)}, {50, log_uniform(0.25, 8.0)}})),
+      gen::set(&YarnParams::mscale, pick_gen<double>({{40, gen::just(1.0)}, {20, gen::just(0.707)}, {40, linear(0.0, 2.0)}})),
+      gen::set(&YarnParams::mscale_all_dim,
+               pick_gen<double>({{40, gen::just(0.0)}, {20, any_of<double>({0.707, 1.0})}, {40, linear(0.0, 2.0)}})),
+      gen::set(&YarnParams::concentration_override,
+               pick_gen<double>({{90, gen::just(std::nan(""))}, {10, linear(-2.0, 2.0)}})));
+}
+
+}  // namespace
+
+Gen<harness::YarnCase> yarn_case() {
+  using harness::YarnCase;
+  return gen::build<YarnCase>(
+      gen::set(&YarnCase::params, yarn_params()),
+      gen::set(&YarnCase::rows, pick_gen<I>({{80, scaled(0, 64)}, {20, scaled(0, 300)}})),
+      gen::set(&YarnCase::emb_dim, pick_gen<I>({{85, emb_dim()}, {15, any_of<I>({128, 512})}})),
+      gen::set(&YarnCase::offset, pick_gen<I>({{30, gen::just<I>(0)},
+                                               {40, scaled(0, 5000)},
+                                               {20, uniform(0, 1000000)},
+                                               {10, uniform((I{1} << 24) - 64, (I{1} << 24) + 64)}})),
+      gen::set(&YarnCase::table_layout, any_of<PairLayout>({PairLayout::half, PairLayout::interleaved})),
+      gen::set(&YarnCase::dtype, any_of<DType>({DType::f32, DType::bf16, DType::f16})),
+      gen::set(&YarnCase::rank4, sometimes(20)),
+      gen::set(&YarnCase::row_gap, pick_gen<I>({{70, gen::just<I>(0)}, {30, uniform(1, 9)}})),
+      gen::set(&YarnCase::misalign, sometimes(20)));
+}
+
+harness::YarnCase random_yarn_case(std::uint64_t seed, int size) {
+  return yarn_case()(rc::Random(seed), size).value();
+}
+
 CaseSpec random_spec(std::uint64_t seed, int size) { return random_spec(seed, size, GenOptions{}); }
 
 CaseSpec random_spec(std::uint64_t seed, int size, const GenOptions& options) {
@@ -282,3 +337,7 @@ CaseSpec random_spec(std::uint64_t seed, int size, const GenOptions& options) {
 }
 
 }  // namespace mlarope::props
+
+namespace mlarope::harness {
+void showValue(const YarnCase& c, std::ostream& os) { os << describe(c); }
+}  // namespace mlarope::harness

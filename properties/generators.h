@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "case_spec.h"
+#include "checks/yarn_check.h"
 #include "mlarope/megatron.h"
 
 namespace mlarope::props {
@@ -47,4 +48,17 @@ CaseSpec random_spec(std::uint64_t seed, int size);
 /// The same, restricted by `options`.
 CaseSpec random_spec(std::uint64_t seed, int size, const GenOptions& options);
 
+/// yarn_tables cases: YaRN parameters (Megatron's defaults and DeepSeek-V3's often, else
+/// log-uniform over wide ranges; an explicit concentration 1 in 10), emb_dim even 2..512,
+/// 0..64 rows (more at larger sizes), positions from 0 to past 2^24, both table layouts,
+/// every dtype, [R, 1, 1, emb] tables, row gaps and misaligned starts.
+rc::Gen<harness::YarnCase> yarn_case();
+/// One drawn from `seed` at `size`, outside RapidCheck (the fuzzer's generator).
+harness::YarnCase random_yarn_case(std::uint64_t seed, int size);
+
 }  // namespace mlarope::props
+
+namespace mlarope::harness {
+/// RapidCheck's printer of a YarnCase: its description.
+void showValue(const YarnCase& c, std::ostream& os);
+}  // namespace mlarope::harness

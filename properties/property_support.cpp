@@ -75,6 +75,27 @@ void require_checks_pass(const CaseSpec& spec, const harness::Case& c,
   RC_FAIL(message);
 }
 
+void require_yarn_case_passes(const harness::YarnCase& c) {
+  const harness::Backend& backend = backend_under_test();
+  harness::CheckReport report;
+  std::string message;
+  try {
+    report = harness::check_yarn(c, backend);
+    if (report.ok()) return;
+    for (const harness::CheckResult* r : report.failures()) message += harness::format_result(*r) + "\n";
+  } catch (const Error& e) {
+    message = std::string("the generated case is invalid: ") + e.what() + "\n";
+  }
+  const fs::path dir = failure_dir();
+  try {
+    message += "case written to " + dir.string() + "; replay: " +
+               write_yarn_failure(dir, c, report, backend.name, message);
+  } catch (const std::exception& e) {
+    message += "could not write " + dir.string() + ": " + e.what();
+  }
+  RC_FAIL(harness::describe(c) + "\nbackend " + backend.name + "\n" + message);
+}
+
 void require_case_passes(const CaseSpec& spec, const std::vector<harness::CheckKind>& checks) {
   require_case_passes(spec, checks, backend_under_test());
 }

@@ -54,6 +54,10 @@ void check_property(int cases, Testable&& testable) {
 
 /// Inside a property: when `report` has a failure, write the case to
 /// failure_root()/<suite>.<test> and fail with the failures and the replay command.
+/// Inside a property: run every yarn_tables check of `c` on the backend under test; on a
+/// failure write the case to failure_root()/<suite>.<test> and fail with the replay command.
+void require_yarn_case_passes(const harness::YarnCase& c);
+
 void require_checks_pass(const CaseSpec& spec, const harness::Case& c,
                          const harness::CheckOptions& options, const harness::CheckReport& report,
                          const harness::Backend& backend);

@@ -131,6 +131,7 @@ Backend reference_backend() {
   b.rope_backward_inplace = reference::rope_backward_inplace;
   b.kv_split = reference::kv_split;
   b.kv_split_backward = reference::kv_split_backward;
+  b.yarn_tables = reference::yarn_tables;
   return b;
 }
 

@@ -30,6 +30,8 @@ struct Backend {
   std::function<void(const RopeBackwardInplaceCall&)> rope_backward_inplace;
   std::function<void(const KvSplitCall&)> kv_split;
   std::function<void(const KvSplitBackwardCall&)> kv_split_backward;
+  /// Optional: YaRN cos/sin tables (a backend without it declines the yarn_tables op).
+  std::function<void(const YarnTablesCall&)> yarn_tables;
   /// Optional: the same backend running blocks and threads in another order (host executor).
   std::function<Backend(std::uint64_t order_seed)> with_order_seed;
   /// Optional: record the calls `launches` makes into a graph without running them, and return

@@ -40,6 +40,8 @@ Backend host_backend(std::uint64_t order_seed, HostMode mode) {
       stream, [](const KvSplitCall& c, Stream& s) { mlarope::kv_split(c, s); });
   b.kv_split_backward = on_stream<KvSplitBackwardCall>(
       stream, [](const KvSplitBackwardCall& c, Stream& s) { mlarope::kv_split_backward(c, s); });
+  b.yarn_tables = on_stream<YarnTablesCall>(
+      stream, [](const YarnTablesCall& c, Stream& s) { mlarope::yarn_tables(c, s); });
   b.with_order_seed = [mode](std::uint64_t seed) { return host_backend(seed, mode); };
   b.take_model_stats = [stream] { return take_model_stats(*stream); };
   b.capture = [stream](const std::function<void()>& launches) -> std::function<void()> {
@@ -106,6 +108,15 @@ Backend cuda_backend() {
     KvSplitBackwardCall d{m.mirror(c.grad_key, false), m.mirror(c.grad_value, false),
                           m.mirror(c.grad_kv, true), m.mirror(c.grad_k_pe, true), m.mirror_args(c.args)};
     mlarope::kv_split_backward(d, *stream);
+    m.finish(*stream);
+  };
+  b.yarn_tables = [stream](const YarnTablesCall& c) {
+    validate(c);
+    DeviceMirror m;
+    YarnTablesCall d = c;
+    d.cos = m.mirror(c.cos, true);
+    d.sin = m.mirror(c.sin, true);
+    mlarope::yarn_tables(d, *stream);
     m.finish(*stream);
   };
   return b;

@@ -15,6 +15,7 @@
 #include "backends/case_run.h"
 #include "checks/checks.h"
 #include "checks/compare.h"
+#include "checks/yarn_check.h"
 #include "fuzz/fuzz.h"
 #include "mlarope/error.h"
 #include "reference.h"
@@ -200,7 +201,34 @@ CheckOptions options_in(const fs::path& dir) {
 }
 
 // mlarope check: every check on one case, one line per check.
+// mlarope check on a yarn_tables failure directory (yarn_case.json).
+int check_yarn_command(const CheckCommandOptions& o) {
+  const fs::path file = fs::path(o.case_dir) / "yarn_case.json";
+  std::ifstream in(file);
+  YarnCase c;
+  try {
+    c = yarn_case_from_json(nlohmann::json::parse(in));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(file.string() + ": not valid JSON: " + e.what());
+  }
+  const Backend backend = props::resolve_backend(o.backend);
+  std::cout << o.case_dir << ": " << describe(c) << "\n  backend " << backend.name << "\n";
+  const CheckReport report = check_yarn(c, backend);
+  if (!report.unsupported.empty()) {
+    std::cout << "  not supported by " << backend.name << ": " << report.unsupported << " (no check ran)\n";
+    return 0;
+  }
+  int counts[3] = {0, 0, 0};
+  for (const CheckResult& r : report.results) {
+    std::cout << "  " << format_result(r) << "\n";
+    ++counts[int(r.outcome)];
+  }
+  std::cout << "  " << counts[0] << " passed, " << counts[1] << " failed, " << counts[2] << " skipped\n";
+  return report.ok() ? 0 : kExitCheckFailed;
+}
+
 int check_command(const CheckCommandOptions& o) {
+  if (fs::exists(fs::path(o.case_dir) / "yarn_case.json")) return check_yarn_command(o);
   const Case c = read_case(o.case_dir);
   CheckOptions options = options_in(o.case_dir);
   if (!o.checks.empty()) {
@@ -243,11 +271,19 @@ struct FuzzCommandOptions {
 Op parse_op_name(const std::string& name) {
   for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
     if (to_string(op) == name) return op;
-  throw Error("--ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward)");
+  throw Error("--ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
 }
 
 int fuzz_command(FuzzCommandOptions o) {
-  for (const std::string& name : o.ops) o.fuzz.ops.push_back(parse_op_name(name));
+  bool yarn_listed = false;
+  for (const std::string& name : o.ops) {
+    if (name == "yarn_tables") yarn_listed = true;
+    else o.fuzz.ops.push_back(parse_op_name(name));
+  }
+  if (!o.ops.empty()) {  // a list names what is drawn: yarn_tables only when listed
+    o.fuzz.yarn = yarn_listed;
+    o.fuzz.yarn_only = yarn_listed && o.fuzz.ops.empty();
+  }
   for (const std::string& name : o.dtypes) o.fuzz.dtypes.push_back(parse_dtype(name, "--dtypes"));
   for (const std::string& name : o.table_dtypes) o.fuzz.table_dtypes.push_back(parse_dtype(name, "--table-dtypes"));
   o.fuzz.shard = resolve_shard(o.shard_index, o.shard_count);
@@ -308,7 +344,10 @@ void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
   cmd->add_option("--cases", f.cases, "case budget")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   cmd->add_option("--seed", f.seed, "seed of the run")->capture_default_str();
   cmd->add_option("--backend", f.backend, known_backends())->capture_default_str();
-  cmd->add_option("--ops", fuzz.ops, "ops to draw (comma separated; default all)")->delimiter(',');
+  cmd->add_option("--ops", fuzz.ops,
+                  "ops to draw, comma separated: rope, rope_backward, kv_split, kv_split_backward, yarn_tables "
+                  "(default all; yarn_tables only where the backend has it)")
+      ->delimiter(',');
   cmd->add_option("--dtypes", fuzz.dtypes, "activation dtypes to draw (f32,bf16,f16; default all)")->delimiter(',');
   cmd->add_option("--table-dtypes", fuzz.table_dtypes, "table dtypes to draw (default all)")->delimiter(',');
   cmd->add_flag("!--no-in-place", f.in_place, "draw no in-place calls (for a backend without them)");

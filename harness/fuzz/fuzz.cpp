@@ -13,6 +13,7 @@
 
 #include "broken_backends.h"
 #include "backends/case_run.h"
+#include "checks/yarn_check.h"
 #include "failure.h"
 #include "generators.h"
 #include "mlarope/error.h"
@@ -79,6 +80,29 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
     st.fractions[std::string(to_string(s.op)) + "/" + std::string(to_string(s.dtype))].add(report.tolerance_fraction);
 }
 
+// The counts of a yarn_tables case (its table dtype is its dtype; no token layout).
+void count_yarn_case(FuzzStats& st, const YarnCase& c, const CheckReport& report) {
+  ++st.cases;
+  const std::string dtype(to_string(c.dtype));
+  st.counts["op"]["yarn_tables"]++;
+  st.counts["dtype"][dtype]++;
+  st.counts["table_dtype"][dtype]++;
+  st.counts["yarn_layout"][std::string(to_string(c.table_layout))]++;
+  st.counts["yarn_scaling"][c.params.scaling_factor > 1 ? "scaled" : "plain"]++;
+  st.combinations["yarn_tables " + dtype + " " + std::string(to_string(c.table_layout))]
+                 [report.unsupported.empty() ? 0 : 1]++;
+  if (!report.unsupported.empty()) st.unsupported[report.unsupported]++;
+  for (const CheckResult& r : report.results) st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
+  st.ulps[dtype].merge(report.histogram);
+  if (report.tolerance_fraction >= 0) st.fractions["yarn_tables/" + dtype].add(report.tolerance_fraction);
+}
+
+// Whether case `index` of a run is a yarn_tables case: one op's share when drawn among `ops`.
+bool is_yarn_case(const FuzzOptions& o, bool draw_yarn, std::uint64_t seed, std::size_t ops) {
+  if (o.yarn_only) return true;
+  return draw_yarn && case_seed(seed ^ 0x5941524E5441424Cull, 0) % (ops + 1) == 0;
+}
+
 // Everything one worker needs.
 struct Worker {
   const FuzzOptions& options;
@@ -90,7 +114,45 @@ struct Worker {
   std::atomic<std::int64_t>& dirs_written;
   Clock::time_point deadline;
   bool timed;
+  bool draw_yarn;
   FuzzStats stats;
+
+  std::string failure_dir_name(std::int64_t index) const {
+    char name[64];
+    std::snprintf(name, sizeof name, "case_%06lld", static_cast<long long>(index));
+    return (fs::path("failures") / name).string();
+  }
+
+  void yarn_case(std::int64_t index, std::uint64_t seed) {
+    const YarnCase c = props::random_yarn_case(seed, options.size);
+    CheckReport report;
+    try {
+      report = check_yarn(c, backend);
+    } catch (const Error& e) {
+      CheckResult invalid;
+      invalid.outcome = Outcome::fail;
+      invalid.message = std::string("the generated case is invalid: ") + e.what();
+      report.results.push_back(invalid);
+    }
+    if (backend.take_model_stats)
+      for (const ModelLaunchStats& s : backend.take_model_stats()) stats.model[s.kernel].add(s);
+    count_yarn_case(stats, c, report);
+    if (report.ok()) return;
+    ++stats.failing_cases;
+    ++failing;
+    FuzzFailure f{index, seed, describe(c), "", {}};
+    for (const CheckResult* r : report.failures()) f.checks.emplace_back(std::string(to_string(r->check)), r->message);
+    if (dirs_written++ < options.max_failure_dirs) {
+      f.dir = failure_dir_name(index);
+      try {
+        props::write_yarn_failure(options.out / f.dir, c, report, backend.name);
+      } catch (const std::exception& e) {
+        f.checks.emplace_back("write", std::string("could not write the case directory: ") + e.what());
+        f.dir.clear();
+      }
+    }
+    stats.failures.push_back(std::move(f));
+  }
 
   void record_failure(std::int64_t index, std::uint64_t seed, const props::CaseSpec& spec,
                       const Case& c, const CheckOptions& check_options, const CheckReport& report) {
@@ -100,9 +162,7 @@ struct Worker {
     for (const CheckResult* r : report.failures())
       f.checks.emplace_back(std::string(to_string(r->check)), r->message);
     if (dirs_written++ < options.max_failure_dirs) {
-      char name[64];
-      std::snprintf(name, sizeof name, "case_%06lld", static_cast<long long>(index));
-      f.dir = (fs::path("failures") / name).string();
+      f.dir = failure_dir_name(index);
       try {
         props::write_failure(options.out / f.dir, spec, c, check_options, report, backend.name);
       } catch (const std::exception& e) {
@@ -115,6 +175,7 @@ struct Worker {
 
   void one_case(std::int64_t index) {
     const std::uint64_t seed = case_seed(options.seed, index);
+    if (is_yarn_case(options, draw_yarn, seed, gen.ops.size())) return yarn_case(index, seed);
     const props::CaseSpec spec = props::random_spec(seed, options.size, gen);
     const Case c = props::materialize(spec);
     const CheckOptions check_options = props::check_options(spec);
@@ -186,7 +247,9 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   for (int j = 0; j < options.jobs; ++j)
     workers.push_back(Worker{options,
                              options.make_backend ? options.make_backend() : props::resolve_backend(options.backend),
-                             gen, next, done, failing, dirs, deadline, timed, {}});
+                             gen, next, done, failing, dirs, deadline, timed, false, {}});
+  for (Worker& w : workers) w.draw_yarn = options.yarn && static_cast<bool>(workers.front().backend.yarn_tables);
+  options.yarn = workers.front().draw_yarn;  // what fuzz.json names as drawn
   std::vector<std::thread> threads;
   for (Worker& w : workers) threads.emplace_back([&w] { w.run(); });
   const double period = tty ? 0.25 : 5.0;

@@ -28,6 +28,11 @@ struct FuzzOptions {
   std::uint64_t seed = 1;    ///< case i is drawn from a seed derived from (seed, i)
   std::string backend = "reference";
   std::vector<Op> ops;       ///< empty: every op
+  /// Draw yarn_tables cases too, as one op among the others, when the backend has yarn_tables
+  /// (a plugin or Python backend without it is not offered them).
+  bool yarn = true;
+  /// Draw only yarn_tables cases (`--ops yarn_tables`), whatever the backend has.
+  bool yarn_only = false;
   std::vector<DType> dtypes;        ///< activation dtypes drawn; empty: all three
   std::vector<DType> table_dtypes;  ///< table dtypes drawn; empty: all three
   bool in_place = true;             ///< rope ops may be drawn in place

@@ -54,7 +54,9 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   j["size"] = o.size;
   j["jobs"] = o.jobs;
   nlohmann::json ops = nlohmann::json::array();
-  for (Op op : o.ops) ops.push_back(to_string(op));
+  if (!o.yarn_only)
+    for (Op op : o.ops) ops.push_back(to_string(op));
+  if (o.yarn || o.yarn_only) ops.push_back("yarn_tables");
   j["ops"] = ops;
   auto names = [](const std::vector<DType>& v) {
     nlohmann::json a = nlohmann::json::array();

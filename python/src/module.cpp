@@ -384,7 +384,7 @@ harness::Backend python_backend(std::shared_ptr<py::object> b, const std::string
 Op parse_op(const std::string& name) {
   for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
     if (name == op_name(op)) return op;
-  throw Error("ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward)");
+  throw Error("ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
 }
 
 // mlarope.fuzz: the fuzzer on a backend of Python callables (one worker: the GIL).
@@ -399,7 +399,15 @@ py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint6
   o.out = out;
   o.size = size;
   o.jobs = 1;
-  for (const std::string& name : ops) o.ops.push_back(parse_op(name));
+  bool yarn_listed = false;
+  for (const std::string& name : ops) {
+    if (name == "yarn_tables") yarn_listed = true;  // declined unless the backend computes it
+    else o.ops.push_back(parse_op(name));
+  }
+  if (!ops.empty()) {
+    o.yarn = yarn_listed;
+    o.yarn_only = yarn_listed && o.ops.empty();
+  }
   for (const std::string& name : dtypes) o.dtypes.push_back(parse_dtype(name, "dtypes"));
   for (const std::string& name : table_dtypes) o.table_dtypes.push_back(parse_dtype(name, "table_dtypes"));
   o.in_place = in_place;
