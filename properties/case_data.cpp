@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "backends/case_run.h"
+#include "checks/strided_call.h"
 #include "case_spec.h"
 #include "mlarope/host_convert.h"
 #include "positions.h"
@@ -76,17 +77,84 @@ double draw(Values values, DType dtype, int sum_bits, Rng& rng) {
       return rng.normal();
     }
     case Values::normal:
-    case Values::cancelling: return rng.normal();
+    case Values::cancelling:
+    case Values::nan_payloads: return rng.normal();
+    case Values::ties: return 0.0;  // tie_activation()
   }
   return 0.0;
 }
 
+// Significand bits of `dtype` (the implicit one included).
+int precision(DType dtype) { return dtype == DType::f32 ? 24 : dtype == DType::f16 ? 11 : 8; }
+
+// The binade 2^e of a ties case, one per case (every activation of it): the middle of the
+// range, its top (results near and past the largest finite value), its smallest normal, or
+// below it (subnormal activations and results). `sum_bits` keeps sums of 2^sum_bits finite.
+int tie_exponent(DType dtype, int sum_bits, Rng rng) {
+  const int top = dtype == DType::f16 ? 15 : 127, bottom = dtype == DType::f16 ? -14 : -126;
+  switch (rng.below(5)) {
+    case 0:
+    case 1: return static_cast<int>(rng.below(9)) - 4;
+    case 2: return top - sum_bits;
+    case 3: return bottom;
+    default: return bottom - 1 - static_cast<int>(rng.below(precision(dtype) - 2));
+  }
+}
+
+// One activation of a ties case: +-2^e exactly (half of them), else +-2^e (1 + k 2^(1-p));
+// at the top of the range one in sixteen is +-inf (f32 results past the largest finite value).
+double tie_activation(DType dtype, int exponent, Rng& rng) {
+  const int p = precision(dtype);
+  if (exponent >= (dtype == DType::f16 ? 15 : 127) - 8 && rng.below(16) == 0) return rng.sign() * INFINITY;
+  const double mantissa = rng.below(2) ? 1.0 : 1.0 + std::ldexp(static_cast<double>(rng.below(std::int64_t{1} << (p - 1))), 1 - p);
+  return rng.sign() * std::ldexp(mantissa, exponent);
+}
+
+// A NaN of `dtype` with a random payload (quiet or signalling) and sign, stored bit for bit.
+void store_nan(npy::Array& a, DType dtype, std::int64_t i, Rng& rng) {
+  const std::uint64_t r = rng.next();
+  // Not one of the runner's fill patterns (an output holding one reads as unwritten): flipping
+  // payload bit 1 keeps it a NaN (their payloads have other bits set).
+  auto not_a_fill = [dtype](std::uint32_t bits) { return harness::is_fill_pattern(dtype, bits) ? bits ^ 2u : bits; };
+  if (dtype == DType::f32) {
+    std::uint32_t bits = 0x7F800000u | static_cast<std::uint32_t>(1 + r % 0x7FFFFFu);
+    if (r >> 63) bits |= 0x80000000u;
+    bits = not_a_fill(bits);
+    std::memcpy(&a.bytes[static_cast<std::size_t>(i) * 4], &bits, 4);
+    return;
+  }
+  const std::uint32_t exponent = dtype == DType::f16 ? 0x7C00u : 0x7F80u;
+  const std::uint32_t payload_mask = dtype == DType::f16 ? 0x3FFu : 0x7Fu;
+  std::uint32_t bits = exponent | static_cast<std::uint32_t>(1 + r % payload_mask);
+  if (r >> 63) bits |= 0x8000u;
+  const auto half = static_cast<std::uint16_t>(not_a_fill(bits));
+  std::memcpy(&a.bytes[static_cast<std::size_t>(i) * 2], &half, 2);
+}
+
+// The elements of each head of `name` that an op copies: [from, to) of the last dim.
+std::pair<std::int64_t, std::int64_t> copied_part(const CaseSpec& s, const std::string& name) {
+  if (name == "t" || name == "grad_out") return {0, s.nope_dim};
+  if (name == "kv") return {0, s.k_dim + s.v_dim};
+  if (name == "grad_value") return {0, s.v_dim};
+  if (name == "grad_key") return {0, s.k_dim};
+  return {0, 0};  // k_pe: rotated only
+}
+
 npy::Array activation(const CaseSpec& s, const char* name, std::vector<std::int64_t> shape) {
+  const std::int64_t width = shape.back();
   npy::Array a = npy::make(storage_dtype(s.dtype), std::move(shape));
   Rng rng(s.data_seed, name);
-  const int sum_bits = s.op == Op::kv_split_backward ? log2_ceil(std::max<std::int64_t>(s.heads, 1)) : 0;
+  const int sum_bits = s.op == Op::kv_split_backward ? log2_ceil(std::max<std::int64_t>(s.heads, 1)) + 1 : 0;
+  const int exponent = tie_exponent(s.dtype, sum_bits, Rng(s.data_seed, "binade"));
   for (std::int64_t i = 0; i < a.size(); ++i)
-    store_rounded(a.bytes.data(), s.dtype, i, draw(s.values, s.dtype, sum_bits, rng));
+    store_rounded(a.bytes.data(), s.dtype, i,
+                  s.values == Values::ties ? tie_activation(s.dtype, exponent, rng)
+                                           : draw(s.values, s.dtype, sum_bits, rng));
+  if (s.values == Values::nan_payloads) {  // one in eight copied elements
+    const auto [from, to] = copied_part(s, name);
+    for (std::int64_t i = 0; width > 0 && i < a.size(); ++i)
+      if (i % width >= from && i % width < to && rng.below(8) == 0) store_nan(a, s.dtype, i, rng);
+  }
   return a;
 }
 
@@ -140,7 +208,14 @@ void add_tables(const CaseSpec& s, Case& c) {
   std::vector<std::int64_t> shape = s.table_rank4 ? std::vector<std::int64_t>{rows, 1, 1, d}
                                                   : std::vector<std::int64_t>{rows, d};
   npy::Array cos = npy::make(storage_dtype(s.table_dtype), shape), sin = cos;
-  if (s.table_kind == TableKind::random) {
+  if (s.values == Values::ties) {  // cos 1, sin +-2^-p: u + v 2^-p, exact in f32
+    Rng rng(s.data_seed, "table");
+    const double half_ulp = std::ldexp(1.0, -precision(s.dtype));
+    for (std::int64_t i = 0; i < cos.size(); ++i) {
+      store_rounded(cos.bytes.data(), s.table_dtype, i, 1.0);
+      store_rounded(sin.bytes.data(), s.table_dtype, i, rng.sign() * half_ulp);
+    }
+  } else if (s.table_kind == TableKind::random) {
     Rng rng(s.data_seed, "table");
     for (npy::Array* a : {&cos, &sin})
       for (std::int64_t i = 0; i < a->size(); ++i)

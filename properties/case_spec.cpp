@@ -21,8 +21,8 @@ E parse_enum(const std::string& s, const E (&values)[N], const char* what) {
 }
 
 constexpr TableKind kTableKinds[] = {TableKind::unit, TableKind::mscale, TableKind::random};
-constexpr Values kValues[] = {Values::normal, Values::large, Values::tiny, Values::signed_zeros,
-                              Values::cancelling};
+constexpr Values kValues[] = {Values::normal,     Values::large, Values::tiny,        Values::signed_zeros,
+                              Values::cancelling, Values::ties,  Values::nan_payloads};
 constexpr MetadataFault kFaults[] = {MetadataFault::none, MetadataFault::bad_length,
                                      MetadataFault::decreasing, MetadataFault::too_long,
                                      MetadataFault::row_outside_table};
@@ -45,6 +45,8 @@ std::string_view to_string(Values values) {
     case Values::tiny: return "tiny";
     case Values::signed_zeros: return "signed_zeros";
     case Values::cancelling: return "cancelling";
+    case Values::ties: return "ties";
+    case Values::nan_payloads: return "nan_payloads";
   }
   return "?";
 }

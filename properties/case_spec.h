@@ -31,6 +31,17 @@ enum class Values : std::uint8_t {
   tiny,          ///< magnitudes around the smallest normal, subnormals included
   signed_zeros,  ///< half of the elements +0 or -0
   cancelling,    ///< pairs chosen so that u * c and v * s nearly cancel
+  /// Tables cos 1, sin +-2^-p (p: the output's significand bits) and activations of one binade
+  /// 2^e, half of them exactly +-2^e: u + v * 2^-p is an exact f32 number on a rounding tie of
+  /// the output (ties to even decide it); e near the top of the output's range gives results
+  /// near and past its largest finite value (65520 and up round to inf in f16; there one
+  /// activation in sixteen is +-inf), e at or below its smallest normal gives subnormal
+  /// results. Round trip and adjoint skip where there are infinities (not applicable).
+  ties,
+  /// Normal values, with NaNs of random payloads (quiet and signalling, either sign) in the
+  /// parts that are copied (nope, kv's k and v, grad_value, grad_key's k part): copies keep
+  /// them bit for bit (SPEC.md §5). Round trip and adjoint skip (not applicable).
+  nan_payloads,
 };
 
 /// Device metadata made invalid on purpose (SPEC.md §5: those rows pass through).

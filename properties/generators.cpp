@@ -150,11 +150,13 @@ Gen<CaseSpec> head(const GenOptions& o) {
       gen::set(&CaseSpec::table_offset,
                pick_gen<I>({{30, gen::just<I>(0)}, {70, uniform(1, 100000)}})),
       gen::set(&CaseSpec::values,
-               pick<Values>({{55, Values::normal},
-                                             {10, Values::large},
-                                             {10, Values::tiny},
-                                             {10, Values::signed_zeros},
-                                             {15, Values::cancelling}})),
+               pick<Values>({{47, Values::normal},
+                                             {8, Values::large},
+                                             {8, Values::tiny},
+                                             {8, Values::signed_zeros},
+                                             {13, Values::cancelling},
+                                             {10, Values::ties},
+                                             {6, Values::nan_payloads}})),
       gen::set(&CaseSpec::plan, plan(o.broadcast)),
       gen::set(&CaseSpec::data_seed, gen::noShrink(gen::resize(100, gen::arbitrary<std::uint64_t>()))));
 }

@@ -83,7 +83,8 @@ TEST(Generators, EdgeSizesComeUpOften) {
             }), 0.1);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.fault != MetadataFault::none; }), 0.05);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.in_place; }), 0.1);
-  for (Values v : {Values::large, Values::tiny, Values::signed_zeros, Values::cancelling})
+  for (Values v : {Values::large, Values::tiny, Values::signed_zeros, Values::cancelling, Values::ties,
+                   Values::nan_payloads})
     EXPECT_GT(share(all, [v](const CaseSpec& s) { return s.values == v; }), 0.05) << to_string(v);
 }
 

@@ -291,12 +291,34 @@ CheckResult adjoint_kv(CheckContext& ctx) {
 
 }  // namespace
 
+// Why the case's data cannot go through an inverse or an inner product: "" when its
+// activations and the reference's outputs are all finite (edge-value cases hold infinities,
+// results rounded past the largest finite value, and copied NaNs).
+std::string non_finite_reason(CheckContext& ctx) {
+  const Case& c = ctx.kase();
+  auto finite = [&c](const npy::Array& a) {
+    for (std::int64_t i = 0; i < a.size(); ++i)
+      if (!std::isfinite(value_at(a, c.config.dtype, i))) return false;
+    return true;
+  };
+  for (const char* name : {"t", "grad_out", "kv", "k_pe", "grad_key", "grad_value"})
+    if (c.arrays.count(name) && !finite(c.arrays.at(name))) return std::string(name) + " holds infinities or NaNs";
+  for (const auto& [name, a] : ctx.expected().arrays)
+    if (!finite(a)) return "the reference's " + name + " holds infinities or NaNs";
+  return "";
+}
+
+CheckResult not_finite(CheckKind kind, const std::string& reason) {
+  return skipped(kind, "not applicable: " + reason + " (no inverse or inner product of them to judge)");
+}
+
 CheckResult check_round_trip(CheckContext& ctx) {
   const Case& c = ctx.kase();
   const CaseConfig& k = c.config;
   if (!is_rope_family(k.op))
     return skipped(CheckKind::round_trip, std::string(to_string(k.op)) +
                                               " has no inverse of the same op (the adjoint check covers it)");
+  if (const std::string why = non_finite_reason(ctx); !why.empty()) return not_finite(CheckKind::round_trip, why);
   const std::string reason = non_unit_reason(c);
   if (!reason.empty())
     return skipped(CheckKind::round_trip, "the table is not unit (" + reason +
@@ -318,6 +340,7 @@ CheckResult check_round_trip(CheckContext& ctx) {
 }
 
 CheckResult check_adjoint(CheckContext& ctx) {
+  if (const std::string why = non_finite_reason(ctx); !why.empty()) return not_finite(CheckKind::adjoint, why);
   return is_rope_family(ctx.kase().config.op) ? adjoint_rope(ctx) : adjoint_kv(ctx);
 }
 

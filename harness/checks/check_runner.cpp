@@ -199,6 +199,7 @@ CheckReport run_checks(const Case& c, const Backend& backend, const CheckOptions
   auto want = [&](CheckKind k) { return ctx.wants(k); };
   if (want(CheckKind::value)) {
     results[int(CheckKind::value)] = check_value(ctx, report.histogram);
+    report.edges = count_edges(ctx.kase(), ctx.values(), ctx.expected());
     report.tolerance_fraction = results[int(CheckKind::value)].max_fraction;
   }
   if (want(CheckKind::determinism)) results[int(CheckKind::determinism)] = check_determinism(ctx);

@@ -189,4 +189,16 @@ CheckOptions check_options_from_json(const nlohmann::json& j) {
   return o;
 }
 
+std::string_view to_string(EdgeValue edge) {
+  switch (edge) {
+    case EdgeValue::tie: return "tie";
+    case EdgeValue::near_max: return "near_max";
+    case EdgeValue::overflow: return "overflow";
+    case EdgeValue::subnormal: return "subnormal";
+    case EdgeValue::signed_zero: return "signed_zero";
+    case EdgeValue::nan_payload: return "nan_payload";
+  }
+  return "?";
+}
+
 }  // namespace mlarope::harness

@@ -94,11 +94,27 @@ struct FractionHistogram {
   static std::string_view label(int i);
 };
 
+/// Edge values of SPEC.md's rounding and copies that a case's outputs reach (counted over the
+/// reference's outputs by the value check).
+enum class EdgeValue : std::uint8_t {
+  tie,          ///< an exact f32 result halfway between two values of the output dtype
+  near_max,     ///< finite, at least half the output dtype's largest finite value
+  overflow,     ///< infinite (rounded past the largest finite value)
+  subnormal,    ///< non-zero, below the output dtype's smallest normal
+  signed_zero,  ///< -0
+  nan_payload,  ///< a NaN that an op copies (its payload must survive bit for bit)
+};
+inline constexpr int kEdgeValueCount = 6;
+/// "tie", "near_max", "overflow", "subnormal", "signed_zero", "nan_payload".
+std::string_view to_string(EdgeValue edge);
+
 /// All checks of one case.
 struct CheckReport {
   std::vector<CheckResult> results;  ///< one per check that was asked for, in table order
   UlpHistogram histogram;            ///< value errors of the primary run's outputs (ulp regime)
   double tolerance_fraction = -1.0;  ///< the value check's max_fraction; -1 when it did not run
+  /// Elements of the reference's outputs of each EdgeValue (the value check's count).
+  std::array<std::int64_t, kEdgeValueCount> edges{};
   DeviceStatus status = kStatusOk;   ///< the primary run's status word (SPEC.md §5)
   /// Why the backend declined the case ("" when it ran it): no check was run, none failed.
   std::string unsupported;

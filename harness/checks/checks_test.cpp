@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "checks/checks.h"
+#include "checks/compare.h"
 #include "mlarope/error.h"
 #include "mlarope/host_convert.h"
 #include "reference.h"
@@ -279,6 +280,35 @@ TEST(Checks, ValueReportsTheErrorAsAFractionOfTheTolerance) {
   EXPECT_NEAR(v.max_fraction, 0.5, 0.05) << v.message;
   EXPECT_LT(v.max_ulps, 1.0) << "an error in the absolute-term regime counted in ulps: " << v.message;
   EXPECT_LT(std::fabs(expected.arrays.at("out").data<float>()[4]), 1e-6);
+}
+
+// Where the f32 products and their sum are exact, the output's rounding is the only one: a
+// result one ulp off fails although the tolerance model allows an ulp elsewhere. A tie of
+// bf16 (u + v 2^-8 with v = 1) must round to even, as the reference does; rounding it up
+// (a wrong halfway constant in a conversion) is caught, and counted as a tie reached.
+TEST(Checks, ExactResultsAllowNoUlpAndTiesRoundToEven) {
+  Case c = make_case({});  // bf16, SBHD [4, 2, 3, 10], nope 4, emb 6, MLA layouts
+  float* cos = c.arrays.at("cos").data<float>();
+  float* sin = c.arrays.at("sin").data<float>();
+  for (std::int64_t i = 0; i < c.arrays.at("cos").size(); ++i) cos[i] = 1.0f, sin[i] = -0x1p-8f;
+  npy::Array& t = c.arrays.at("t");
+  // Row 0, head 0, pair 0 (interleaved: dims 4 and 5): u = 1 + 2^-7 (odd), v = 1, so
+  // out_u = u - v * sin = 1 + 2^-7 + 2^-8: halfway between 1 + 2^-7 and 1 + 2^-6, to even: 1 + 2^-6.
+  store_rounded(t.bytes.data(), DType::bf16, 4, 1.0 + 0x1p-7);
+  store_rounded(t.bytes.data(), DType::bf16, 5, 1.0);
+  const CaseOutputs expected = run_case(c, reference_backend());
+  EXPECT_EQ(value_at(expected.arrays.at("out"), DType::bf16, 4), 1.0 + 0x1p-6);
+  const CheckReport clean = run_checks(c, reference_backend());
+  EXPECT_TRUE(clean.ok()) << format_report(clean);
+  EXPECT_GE(clean.edges[static_cast<std::size_t>(EdgeValue::tie)], 1);
+  Backend half_up = reference_backend();  // the tie rounded away from even: one ulp below
+  half_up.rope = [](const RopeCall& call) {
+    reference::rope(call);
+    store_rounded(call.out.data, DType::bf16, 4, 1.0 + 0x1p-7);
+  };
+  const CheckResult v = run_checks(c, half_up).at(CheckKind::value);
+  EXPECT_EQ(v.outcome, Outcome::fail);
+  EXPECT_NE(v.message.find("exact"), std::string::npos) << v.message;
 }
 
 TEST(Checks, DroppedInverseFailsValueAndRoundTrip) {

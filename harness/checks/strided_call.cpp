@@ -20,6 +20,16 @@ std::array<std::uint64_t, 3> patterns_of(DType dtype) {
   return {};
 }
 
+}  // namespace
+
+bool is_fill_pattern(DType dtype, std::uint64_t bits) {
+  for (std::uint64_t p : patterns_of(dtype))
+    if (p == bits) return true;
+  return false;
+}
+
+namespace {
+
 std::array<std::uint64_t, 3> index_patterns() { return {kIndexGuard, kIndexGuard, kIndexGuard}; }
 
 bool is_metadata(const std::string& name) {

@@ -153,6 +153,10 @@ class StridedCall {
 /// True when every row of a [.., H, W] array holds H equal heads (H <= 1 included).
 bool heads_identical(const npy::Array& a);
 
+/// True when `bits` are one of the NaN patterns the runner fills outputs and guards with
+/// (poison A, poison B, guard) for `dtype`: an input value with those bits would look unwritten.
+bool is_fill_pattern(DType dtype, std::uint64_t bits);
+
 /// The strides a LayoutPlan gives a tensor of `shape` ([S, B, H, D], [T, H, D] or a table).
 std::vector<std::int64_t> planned_strides(const std::vector<std::int64_t>& shape,
                                           const LayoutPlan& plan, bool table, bool broadcast);

@@ -1,11 +1,13 @@
 #include "checks/tolerance.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
 
 #include "backends/case_run.h"
 #include "checks/compare.h"
+#include "mlarope/host_convert.h"
 #include "positions.h"
 
 namespace mlarope::harness {
@@ -118,7 +120,85 @@ std::vector<double> grad_k_pe_terms(const Case& c, const reference::RowMap& map)
   return terms;
 }
 
+double table_value(const Case& c, const char* name, std::int64_t row, std::int64_t k) {
+  return value_at(c.arrays.at(name), c.config.table_dtype, row * c.config.emb_dim + k);
+}
+
+// Exactness of x = a * b + e * f (each operand an f32 number): both products and the sum are
+// f32 numbers, computed exactly in double; a tie when x is halfway between two `out` values.
+Exactness exactness_of(double a, double b, double e, double f, DType out) {
+  const double p = a * b, q = e * f;  // exact: 24-bit times 24-bit significands
+  if (!std::isfinite(p) || !std::isfinite(q) || static_cast<float>(p) != p || static_cast<float>(q) != q)
+    return Exactness::inexact;
+  const double x = p + q;
+  if (x - p != q || static_cast<float>(x) != x) return Exactness::inexact;  // the sum rounded
+  const double r = round_to(out, x);  // a tie is half the spacing of x's own binade away
+  return std::isfinite(r) && r != x && std::fabs(x - r) == 0.5 * ulp_of(out, x) ? Exactness::tie
+                                                                                  : Exactness::exact;
+}
+
+// The signed formulas of SPEC.md §3 for one slice: forward y_u = u c_u - sg v s_u,
+// y_v = v c_v + sg u s_v; the adjoint g_u' = gu c_u + sg gv s_v, g_v' = gv c_v - sg gu s_u.
+void slice_exactness(const Case& c, std::int64_t freq_row, const double* x, Exactness* out_flags,
+                     bool adjoint) {
+  const CaseConfig& k = c.config;
+  const std::int64_t d = k.emb_dim;
+  const double sg = k.inverse ? -1.0 : 1.0;
+  for (std::int64_t i = 0; i < d / 2; ++i) {
+    const PairSlots in = slots(k.in_layout, i, d), out = slots(k.out_layout, i, d),
+                    tab = slots(k.table_layout, i, d);
+    const double cu = table_value(c, "cos", freq_row, tab.u), su = table_value(c, "sin", freq_row, tab.u);
+    const double cv = table_value(c, "cos", freq_row, tab.v), sv = table_value(c, "sin", freq_row, tab.v);
+    if (!adjoint) {
+      const double u = x[in.u], v = x[in.v];
+      out_flags[out.u] = exactness_of(u, cu, -sg * v, su, k.dtype);
+      out_flags[out.v] = exactness_of(v, cv, sg * u, sv, k.dtype);
+    } else {
+      const double gu = x[out.u], gv = x[out.v];
+      out_flags[in.u] = exactness_of(gu, cu, sg * gv, sv, k.dtype);
+      out_flags[in.v] = exactness_of(gv, cv, -sg * gu, su, k.dtype);
+    }
+  }
+}
+
 }  // namespace
+
+std::map<std::string, std::vector<Exactness>> exactness(const Case& c) {
+  const CaseConfig& k = c.config;
+  const char* first = k.op == Op::rope ? "t" : k.op == Op::rope_backward ? "grad_out" : k.op == Op::kv_split ? "kv" : "grad_key";
+  const npy::Array& in = c.arrays.at(first);
+  const reference::RowMap map = reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
+  const std::int64_t heads = heads_of(in), d = k.emb_dim;
+  std::map<std::string, std::vector<Exactness>> flags;
+  std::vector<double> x(d);
+  std::vector<Exactness> slice(d);
+  if (k.op == Op::rope || k.op == Op::rope_backward) {
+    const bool adjoint = k.op == Op::rope_backward;
+    const std::int64_t width = in.shape.back();
+    std::vector<Exactness>& f = flags[adjoint ? "grad_t" : "out"];
+    f.assign(in.size(), Exactness::inexact);
+    for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
+      if (map.freq_row[row] == reference::RowMap::kPassThrough) continue;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t base = (static_cast<std::int64_t>(row) * heads + h) * width + k.nope_dim;
+        for (std::int64_t j = 0; j < d; ++j) x[j] = value_at(in, k.dtype, base + j);
+        slice_exactness(c, map.freq_row[row], x.data(), f.data() + base, adjoint);
+      }
+    }
+  } else if (k.op == Op::kv_split) {
+    const npy::Array& k_pe = c.arrays.at("k_pe");
+    std::vector<Exactness>& f = flags["key"];
+    f.assign(map.freq_row.size() * heads * (k.k_dim + d), Exactness::inexact);
+    for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
+      if (map.freq_row[row] == reference::RowMap::kPassThrough) continue;
+      for (std::int64_t j = 0; j < d; ++j) x[j] = value_at(k_pe, k.dtype, static_cast<std::int64_t>(row) * d + j);
+      slice_exactness(c, map.freq_row[row], x.data(), slice.data(), false);
+      for (std::int64_t h = 0; h < heads; ++h)
+        std::copy(slice.begin(), slice.end(), f.begin() + (static_cast<std::int64_t>(row) * heads + h) * (k.k_dim + d) + k.k_dim);
+    }
+  }
+  return flags;
+}
 
 std::map<std::string, std::vector<double>> f32_error_terms(const Case& c) {
   const char* first = c.config.op == Op::rope ? "t"

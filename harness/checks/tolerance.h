@@ -1,6 +1,7 @@
 // DESIGN.md's tolerance model: how far an f32-computing backend may be from the exact result.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,6 +14,18 @@ namespace mlarope::harness {
 /// grad_k_pe, `H * eps_f32 * sum over heads of (|gu| |c| + |gv| |s|)`); zero where the element
 /// is copied (nope parts, value, passed-through rows). The ulp of the output is added by check.
 std::map<std::string, std::vector<double>> f32_error_terms(const Case& c);
+
+/// How an output element's f32 computation relates to the exact result.
+enum class Exactness : std::uint8_t {
+  inexact,  ///< the f32 products or their sum round: the tolerance above applies
+  exact,    ///< both products and their sum are f32 numbers: the only rounding is the output's,
+            ///< so a backend must give the reference's value (within 0, not within an ulp)
+  tie,      ///< exact, and the exact value lies halfway between two values of the output dtype
+};
+
+/// Per rotated output element (rope, rope_backward, the rope part of key): its Exactness.
+/// Other elements (copies, grad_k_pe's head sums) are `inexact` here.
+std::map<std::string, std::vector<Exactness>> exactness(const Case& c);
 
 /// Outcome of comparing a backend's outputs with expected values under the tolerance model.
 struct ToleranceResult {

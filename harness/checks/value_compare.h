@@ -2,12 +2,14 @@
 // bitwise), or bitwise throughout; the worst element reported as (token, head, dim).
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "io/case_file.h"
 #include "checks/checks.h"
+#include "checks/tolerance.h"
 
 namespace mlarope::harness {
 
@@ -15,6 +17,7 @@ namespace mlarope::harness {
 struct ValueContext {
   std::map<std::string, std::vector<double>> terms;  ///< f32_error_terms of tolerance.h
   std::map<std::string, std::vector<bool>> copied;   ///< elements that are copies of an input
+  std::map<std::string, std::vector<Exactness>> exact;  ///< exactness() of tolerance.h
 };
 
 /// The tolerance terms and the copied elements (nope parts, value, kv parts, passed-through
@@ -27,6 +30,10 @@ ValueContext value_context(const Case& c);
 CheckResult compare_outputs(const Case& c, const ValueContext& context, const CaseOutputs& got,
                             const CaseOutputs& expected, CheckKind kind, double factor,
                             UlpHistogram* histogram, const std::string& what = "");
+
+/// The EdgeValue classes of the elements of `expected` (the reference's outputs of `c`).
+std::array<std::int64_t, kEdgeValueCount> count_edges(const Case& c, const ValueContext& context,
+                                                      const CaseOutputs& expected);
 
 /// Bitwise comparison of two runs' outputs and status words, as a result of kind `kind`.
 CheckResult compare_bitwise(const Case& c, const CaseOutputs& a, const CaseOutputs& b,

@@ -160,6 +160,42 @@ TEST(Cli, FuzzDrawsOnlyTheDtypesAsked) {
   EXPECT_EQ(j["counts"]["triple"].size(), 2u);
 }
 
+// The edge-value generators reach every class of issue 15's point 3 (ties, near and past the
+// largest finite value, subnormals, signed zeros, copied NaN payloads), and the summary and
+// fuzz.json count them; yarn_tables is drawn among the ops on a backend that has it.
+TEST(Cli, FuzzReachesEveryEdgeValueAndDrawsYarnTables) {
+  TempDir tmp;
+  const fs::path out = tmp.path() / "fuzz";
+  const Result r = mlarope("fuzz --cases 1500 --seed 5 --backend reference --jobs 2 --out " + out.string(), tmp);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("edge values reached"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(out / "fuzz.json"));
+  for (const char* edge : {"tie", "near_max", "overflow", "subnormal", "signed_zero", "nan_payload"}) {
+    ASSERT_TRUE(j["counts"]["edge_values"].contains(edge)) << edge << " never reached\n" << r.out;
+    EXPECT_GT(j["counts"]["edge_values"][edge].get<int>(), 0) << edge;
+  }
+  EXPECT_GT(j["counts"]["op"]["yarn_tables"].get<int>(), 100) << r.out;
+  EXPECT_EQ(j["ops"].back(), "yarn_tables");
+  for (const char* values : {"ties", "nan_payloads"}) EXPECT_TRUE(j["counts"]["values"].contains(values)) << values;
+  // --ops without yarn_tables draws none; --ops yarn_tables draws only it, and a yarn case
+  // directory replays with mlarope check.
+  const Result none = mlarope("fuzz --cases 50 --backend reference --ops rope --out " + (tmp.path() / "a").string(), tmp);
+  ASSERT_EQ(none.status, 0) << none.out << none.err;
+  EXPECT_FALSE(nlohmann::json::parse(slurp(tmp.path() / "a" / "fuzz.json"))["counts"]["op"].contains("yarn_tables"));
+  const Result only = mlarope("fuzz --cases 50 --backend host --ops yarn_tables --out " + (tmp.path() / "b").string(), tmp);
+  ASSERT_EQ(only.status, 0) << only.out << only.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(tmp.path() / "b" / "fuzz.json"))["counts"]["op"],
+            nlohmann::json({{"yarn_tables", 50}}));
+  const fs::path dir = tmp.path() / "yarn_case";
+  fs::create_directories(dir);
+  std::ofstream(dir / "yarn_case.json")
+      << R"({"yarn": {"rows": 9, "offset": 4000, "scaling_factor": 40}, "emb_dim": 64,
+            "table_layout": "interleaved", "dtype": "bf16", "row_gap": 3, "misalign": true})";
+  const Result check = mlarope("check " + dir.string() + " --backend host", tmp);
+  EXPECT_EQ(check.status, 0) << check.out << check.err;
+  EXPECT_NE(check.out.find("4 passed, 0 failed"), std::string::npos) << check.out;
+}
+
 // mlarope yarn writes the reference's tables, and the host kernel's are the same bits.
 TEST(Cli, YarnWritesTheTablesOfTheReferenceAndTheKernel) {
   TempDir tmp;

@@ -78,6 +78,8 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
   st.ulps[std::string(to_string(s.dtype))].merge(report.histogram);
   if (report.tolerance_fraction >= 0)
     st.fractions[std::string(to_string(s.op)) + "/" + std::string(to_string(s.dtype))].add(report.tolerance_fraction);
+  for (int e = 0; e < kEdgeValueCount; ++e)
+    if (report.edges[static_cast<std::size_t>(e)] > 0) st.counts["edge_values"][std::string(to_string(static_cast<EdgeValue>(e)))]++;
 }
 
 // The counts of a yarn_tables case (its table dtype is its dtype; no token layout).

@@ -176,6 +176,21 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
   for (const auto& [check, n] : s.checks)
     out << " " << check << " " << n[0] << "/" << n[1] << "/" << n[2];
   out << "  (pass/fail/skip)\n";
+  if (const auto ops = s.counts.find("op"); ops != s.counts.end()) {
+    out << "  cases per op:";
+    for (const auto& [op, n] : ops->second) out << " " << op << " " << n;
+    out << "\n";
+  }
+  {  // every class, reached or not: a 0 is a gap in the generators
+    const auto edges = s.counts.find("edge_values");
+    out << "  edge values reached (cases whose reference outputs have one):";
+    for (int e = 0; e < kEdgeValueCount; ++e) {
+      const std::string name(to_string(static_cast<EdgeValue>(e)));
+      const std::int64_t n = edges == s.counts.end() || !edges->second.count(name) ? 0 : edges->second.at(name);
+      out << " " << name << " " << n;
+    }
+    out << "\n";
+  }
   if (!s.fractions.empty()) {
     out << "  error / tolerance, the worst element of each case (1 = at the limit; over 1 fails):";
     int shown = 0;
