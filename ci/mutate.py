@@ -811,7 +811,7 @@ class Build:
         self.args = args
         self.paths = {}
 
-    def configure(self, cases_dir):
+    def configure(self, cases_dir, sources_changed=True):
         flags = ["-G", "Ninja", f"-DCMAKE_BUILD_TYPE={self.args.build_type}", "-DMLAROPE_CUDA=OFF",
                  "-DMLAROPE_BENCH=OFF", "-DMLAROPE_PYTHON=OFF", "-DMLAROPE_TESTS=ON",
                  "-DMLAROPE_SANITIZE=OFF", f"-DMLAROPE_CASES_DIR={cases_dir}"] + list(self.args.cmake_arg)
@@ -821,7 +821,13 @@ class Build:
             with open(stamp) as f:
                 previous = json.load(f)
         if previous == flags and os.path.exists(os.path.join(self.dir, "build.ninja")):
-            return 0.0
+            if not sources_changed:
+                return 0.0
+            # Regenerate: a changed CMakeLists.txt may add targets that `ninja -t query` must see.
+            code, out, secs = run_logged(["cmake", self.dir])
+            if code != 0:
+                raise ToolError(f"cmake failed to regenerate the scratch build:\n{out[-3000:]}")
+            return secs
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)
         os.makedirs(self.dir)
@@ -1087,7 +1093,7 @@ def run_campaign(args, sites, sample, equivalents, out_dir):
     if copied != [(s.id, s.orig, s.repl, s.text) for s in sites]:
         raise ToolError("the sources changed between the scan and the copy (someone is editing them?): run again")
     build = Build(scratch, args)
-    build.configure(cases_dir)
+    build.configure(cases_dir, sources_changed=changed > 0)
     present = []
     for c in checks:
         missing = [t for t in c.targets if not build.has_target(t)]
