@@ -43,6 +43,13 @@ void throw_model_findings(const kernels::gpu_model::Recorder& recorder) {
   throw Error(message);
 }
 
+void check_launch_configuration(const std::string& kernel, const kernels::GridShape& grid) {
+  if (grid.blocks >= 1 && grid.blocks <= 0x7fffffff && grid.threads >= 1 && grid.threads <= 1024) return;
+  throw Error("GPU model: " + kernel + " launched with grid " + std::to_string(grid.blocks) + " x " +
+              std::to_string(grid.threads) + ": not a launch configuration a GPU accepts (1 to 2^31 - 1 "
+              "blocks of 1 to 1024 threads; CUDA fails it with cudaErrorInvalidConfiguration)");
+}
+
 detail::LaunchProfile HostStream::profile() const {
   if (gpu_model_) return detail::cuda_launch_profile();
   // Few threads per block: each host "thread" is a function call, so fewer, larger work

@@ -68,6 +68,11 @@ class HostStream : public detail::StreamImpl {
   std::vector<Operation> recorded_;
 };
 
+/// Throws mlarope::Error when `grid` is not a launch configuration a GPU accepts: 1 to 2^31 - 1
+/// blocks of 1 to 1024 threads (the host executor would quietly run nothing for 0 threads;
+/// CUDA fails the launch with cudaErrorInvalidConfiguration).
+void check_launch_configuration(const std::string& kernel, const kernels::GridShape& grid);
+
 /// Throws mlarope::Error listing what the GPU model found in a launch (if anything).
 void throw_model_findings(const kernels::gpu_model::Recorder& recorder);
 
@@ -80,6 +85,7 @@ void HostStream::submit_launch(std::string kernel, void (*run)(const HostExecuto
     });
     return;
   }
+  check_launch_configuration(kernel, l.grid);  // what cudaLaunchKernel would refuse
   submit([run, l, repeats, kernel = std::move(kernel), footprint = footprint_,
           stats = model_stats_](const HostExecutor& e) {
     for (int i = 0; i < repeats; ++i) {

@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "host/host_stream.h"
 #include "launch/launch_builder.h"
 #include "launch/stream_impl.h"
 #include "mlarope/backend.h"
+#include "mlarope/error.h"
 #include "mlarope/ops.h"
 
 namespace mlarope::test {
@@ -375,6 +377,26 @@ std::string case_name(const ::testing::TestParamInfo<std::size_t>& info) {
   for (char& ch : name)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return name;
+}
+
+// The GPU model refuses a grid a GPU would refuse (the host executor alone would run nothing
+// for zero threads): a launch builder that sizes an empty call 1 x 0 fails here, not only on a GPU.
+TEST(GpuModelLaunch, RefusesConfigurationsAGpuRefuses) {
+  for (const kernels::GridShape bad : {kernels::GridShape{1, 0}, kernels::GridShape{0, 32}, kernels::GridShape{1, 1025},
+                                       kernels::GridShape{std::int64_t{1} << 31, 32}})
+    EXPECT_THROW(host::check_launch_configuration("rope/chunked_vector/bf16", bad), Error)
+        << bad.blocks << " x " << bad.threads;
+  EXPECT_NO_THROW(host::check_launch_configuration("rope/chunked_vector/bf16", kernels::GridShape{1, 1024}));
+  // An empty yarn_tables call launches nothing under the model.
+  HostStreamOptions options;
+  options.gpu_model = true;
+  Stream stream = Stream::host(options);
+  float cos[1], sin[1];
+  YarnTablesCall y;
+  y.cos = contiguous_view<void>(cos, DType::f32, {0, 64});
+  y.sin = contiguous_view<void>(sin, DType::f32, {0, 64});
+  EXPECT_NO_THROW(yarn_tables(y, stream));
+  EXPECT_TRUE(take_model_stats(stream).empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dsv3, CanonicalLaunch, ::testing::Range<std::size_t>(0, canonical_calls().size()),

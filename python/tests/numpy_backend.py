@@ -28,5 +28,6 @@ class NumpyRope:
         sin = call.sin.reshape(call.sin.shape[0], call.sin.shape[-1])[:S, None, None, :]
         u, v = t[..., n:n + half], t[..., n + half:]
         out[..., :n] = t[..., :n]
-        out[..., n:n + half] = u * cos[..., :half] - v * np.float32(sg) * sin[..., :half]
-        out[..., n + half:] = v * cos[..., half:] + u * np.float32(sg) * sin[..., half:]
+        with np.errstate(invalid="ignore", over="ignore"):  # IEEE: inf - inf is NaN, as in a kernel
+            out[..., n:n + half] = u * cos[..., :half] - v * np.float32(sg) * sin[..., :half]
+            out[..., n + half:] = v * cos[..., half:] + u * np.float32(sg) * sin[..., half:]
