@@ -937,11 +937,18 @@ def check_registry():
                          "{fuzz_jobs}", "--seed", "{fuzz_seed}", "--out", "{run}/fuzz-out", "--shard-index", "0",
                          "--shard-count", "1", "--max-failure-dirs", "1"],
                         "`mlarope fuzz --backend host` for --fuzz-seconds with --fuzz-seed (exit status 1: a failing case)"))
+    # The host's fast mode runs other code than the GPU model (whole rows per thread, memcpy
+    # copies, SIMD conversions): a share of the budget on it.
+    checks.append(Check("fuzz_fast", ["mlarope"],
+                        ["@mlarope", "fuzz", "--backend", "host-fast", "--seconds", "{fuzz_fast_seconds}", "--jobs",
+                         "{fuzz_jobs}", "--seed", "{fuzz_seed}", "--out", "{run}/fuzz-fast-out", "--shard-index", "0",
+                         "--shard-count", "1", "--max-failure-dirs", "1"],
+                        "`mlarope fuzz --backend host-fast` (the fast mode's own code paths) for half of --fuzz-seconds"))
     return collections.OrderedDict((c.name, c) for c in checks)
 
 
 DEFAULT_CHECKS = ["dispatch", "canonical_launch", "launch_alignment", "portability", "kv_sum_order", "thd_gate",
-                  "host_backend", "megatron_cases"] + [n for n, _ in PROPS] + ["fuzz"]
+                  "host_backend", "megatron_cases"] + [n for n, _ in PROPS] + ["fuzz", "fuzz_fast"]
 
 
 def parse_checks(spec):
@@ -1069,7 +1076,7 @@ def run_campaign(args, sites, sample, equivalents, out_dir):
     by_key = equivalents_by_key(equivalents)
     cases_dir = os.path.abspath(args.cases_dir)
     run_dir = os.path.join(scratch, "run")
-    values = {"run": run_dir, "fuzz_seconds": f"{args.fuzz_seconds:g}", "fuzz_seed": str(args.fuzz_seed),
+    values = {"run": run_dir, "fuzz_seconds": f"{args.fuzz_seconds:g}", "fuzz_fast_seconds": f"{args.fuzz_seconds / 2:g}", "fuzz_seed": str(args.fuzz_seed),
               "fuzz_jobs": str(args.fuzz_jobs), "property_scale": f"{args.property_scale:g}",
               "cases": cases_dir, "ctest_timeout": str(int(args.check_timeout))}
 

@@ -116,6 +116,9 @@ const std::vector<Canonical>& canonical_calls() {
        "vector", 8, 128, 4096, 0.99},
       {"kv_split bf16 misaligned", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 1,
        "scalar", 8, 128, 4096, 0.81},
+      // Small k and v: the chunks decide (4 heads x 8 chunks > 4 x (2 + 2) pieces).
+      {"kv_split bf16 small k and v", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 4, 16, 64, kI, kH, 0,
+       "vector", 8, 32, 32, 1.0},
       // kv backward: max(8 chunks x 16 head groups, 128 x 32 pieces) (bf16); f32: 16 x 8, 128 x 64.
       {"kv_split_backward bf16", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
        "vector", 8, 128, 4096, 1.0},
