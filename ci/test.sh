@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up, build, and run every test through CTest (Release build, CUDA compiled when nvcc is
 # there); then the tests again in an AddressSanitizer + UndefinedBehaviorSanitizer build of the
-# host side, and a fuzz slice in that build; the Python package (pip install . and its tests);
+# host side with gcov counts, a fuzz slice in that build, and the kernel and launch code's
+# coverage against ci/coverage-baseline.json; the Python package (pip install . and its tests);
 # then a short fuzz, the benchmark smoke set and the report with the regression gate.
 # MLAROPE_SKIP_SANITIZE=1 skips the sanitizer build, MLAROPE_SKIP_EXTRA=1 the fuzz/bench/report,
 # MLAROPE_SKIP_PYTHON=1 the Python package (ci/python-test.sh).
@@ -17,15 +18,20 @@ if [ "${MLAROPE_SKIP_PYTHON:-0}" != 1 ]; then
   bash ci/python-test.sh
 fi
 if [ "${MLAROPE_SKIP_SANITIZE:-0}" != 1 ]; then
-  echo "test: sanitizer build (ASan + UBSan, no CUDA, no benchmarks), at ${SECONDS} s"
-  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo bash ci/build.sh -DMLAROPE_SANITIZE=ON -DMLAROPE_CUDA=OFF -DMLAROPE_BENCH=OFF
+  echo "test: sanitizer and coverage build (ASan + UBSan + gcov, no CUDA, no benchmarks), at ${SECONDS} s"
+  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo bash ci/build.sh -DMLAROPE_SANITIZE=ON -DMLAROPE_COVERAGE=ON \
+    -DMLAROPE_CUDA=OFF -DMLAROPE_BENCH=OFF
+  find build-asan -name '*.gcda' -delete  # counts of this run only
   # The property tests at a quarter of their cases here: the Release run above has them all,
   # and under the sanitizers they take most of this step.
   MLAROPE_PROPERTY_SCALE=0.25 ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
-  echo "test: at ${SECONDS} s, fuzz slice under ASan + UBSan (${ASAN_FUZZ_SECONDS:-30} s, the host backend's GPU model)"
+  # A fixed case count (not seconds), so that the coverage below is the same run to run.
+  echo "test: at ${SECONDS} s, fuzz slice under ASan + UBSan (${ASAN_FUZZ_CASES:-1500} cases, the host backend's GPU model)"
   rm -rf out/asan-fuzz
-  build-asan/mlarope fuzz --seconds "${ASAN_FUZZ_SECONDS:-30}" --backend host --jobs "$(nproc)" \
+  build-asan/mlarope fuzz --cases "${ASAN_FUZZ_CASES:-1500}" --backend host --jobs "$(nproc)" \
     --seed 4242 --out out/asan-fuzz | tail -n 4
+  echo "test: at ${SECONDS} s, coverage of the kernel and launch code (ci/coverage.sh)"
+  bash ci/coverage.sh build-asan out/coverage
 fi
 if [ "${MLAROPE_SKIP_EXTRA:-0}" != 1 ]; then
   echo "test: at ${SECONDS} s, the extras"

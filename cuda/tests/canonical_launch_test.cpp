@@ -407,3 +407,72 @@ INSTANTIATE_TEST_SUITE_P(Dsv3, CanonicalLaunch, ::testing::Range<std::size_t>(0,
 
 }  // namespace
 }  // namespace mlarope::test
+
+namespace mlarope::test {
+namespace {
+
+// bf16 bits of finite values in about [-4, 4], from a fixed seed.
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
+  std::vector<std::uint16_t> v(n);
+  std::uint32_t x = seed;
+  for (std::uint16_t& e : v) {
+    x = x * 1664525u + 1013904223u;
+    e = static_cast<std::uint16_t>(0x3C00u + ((x >> 8) % 0x0300u)) | static_cast<std::uint16_t>((x >> 31) << 15);
+  }
+  return v;
+}
+
+// The host's fast mode has bodies of its own (thread 0 takes a row, one memcpy per part), and
+// beyond them (kv_split with emb_dim > 512) runs the device bodies with its own share of work:
+// whole (head, item) ranges per thread, one memcpy per head (copy_item_range_on_host), which
+// only calls with many heads and long k and v parts split over several threads. Both must give
+// the GPU model's bits (the device code path), for kv_split and kv_split_backward.
+void expect_fast_mode_gives_the_models_bits(std::int64_t H, std::int64_t E) {
+  constexpr std::int64_t S = 4, B = 2, K = 128, V = 128;
+  SCOPED_TRACE("H = " + std::to_string(H) + ", emb " + std::to_string(E));
+  const std::vector<std::uint16_t> kv = random_bf16(S * B * H * (K + V), 1), k_pe = random_bf16(S * B * E, 2);
+  const std::vector<std::uint16_t> grad_key = random_bf16(S * B * H * (K + E), 3),
+                                   grad_value = random_bf16(S * B * H * V, 4);
+  std::vector<float> cos(S * E), sin(S * E);
+  for (std::size_t i = 0; i < cos.size(); ++i) cos[i] = 0.6f + 0.001f * static_cast<float>(i % 97), sin[i] = 0.8f;
+  struct Outputs {
+    std::vector<std::uint16_t> key, value, grad_kv, grad_k_pe;
+  };
+  auto run = [&](bool gpu_model) {
+    Outputs o{std::vector<std::uint16_t>(S * B * H * (K + E)), std::vector<std::uint16_t>(S * B * H * V),
+              std::vector<std::uint16_t>(S * B * H * (K + V)), std::vector<std::uint16_t>(S * B * E)};
+    HostStreamOptions options;
+    options.gpu_model = gpu_model;
+    Stream stream = Stream::host(options);
+    KvSplitArgs a;
+    a.k_dim = K, a.v_dim = V, a.emb_dim = E;
+    a.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {S, E});
+    a.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {S, E});
+    kv_split(KvSplitCall{contiguous_view<const void>(kv.data(), DType::bf16, {S, B, H, K + V}),
+                         contiguous_view<const void>(k_pe.data(), DType::bf16, {S, B, 1, E}),
+                         contiguous_view<void>(o.key.data(), DType::bf16, {S, B, H, K + E}),
+                         contiguous_view<void>(o.value.data(), DType::bf16, {S, B, H, V}), a},
+             stream);
+    kv_split_backward(
+        KvSplitBackwardCall{contiguous_view<const void>(grad_key.data(), DType::bf16, {S, B, H, K + E}),
+                            contiguous_view<const void>(grad_value.data(), DType::bf16, {S, B, H, V}),
+                            contiguous_view<void>(o.grad_kv.data(), DType::bf16, {S, B, H, K + V}),
+                            contiguous_view<void>(o.grad_k_pe.data(), DType::bf16, {S, B, 1, E}), a},
+        stream);
+    stream.synchronize();
+    return o;
+  };
+  const Outputs model = run(true), fast = run(false);
+  EXPECT_EQ(fast.key, model.key);
+  EXPECT_EQ(fast.value, model.value);
+  EXPECT_EQ(fast.grad_kv, model.grad_kv);
+  EXPECT_EQ(fast.grad_k_pe, model.grad_k_pe);
+}
+
+TEST(FastMode, KvShapesGiveTheModelsBits) {
+  expect_fast_mode_gives_the_models_bits(128, 64);  // DeepSeek-V3: the fast bodies
+  expect_fast_mode_gives_the_models_bits(16, 520);  // past the fast kv_split: device body, host ranges
+}
+
+}  // namespace
+}  // namespace mlarope::test
