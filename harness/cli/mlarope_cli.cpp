@@ -201,6 +201,22 @@ CheckOptions options_in(const fs::path& dir) {
 }
 
 // mlarope check: every check on one case, one line per check.
+// One line per check and the counts; false (after saying so) when the backend declined the
+// case, which is counted apart: a declined case is not a failure.
+bool print_report(const CheckReport& report, const Backend& backend) {
+  if (!report.unsupported.empty()) {
+    std::cout << "  not supported by " << backend.name << ": " << report.unsupported << " (no check ran)\n";
+    return false;
+  }
+  int counts[3] = {0, 0, 0};
+  for (const CheckResult& r : report.results) {
+    std::cout << "  " << format_result(r) << "\n";
+    ++counts[int(r.outcome)];
+  }
+  std::cout << "  " << counts[0] << " passed, " << counts[1] << " failed, " << counts[2] << " skipped\n";
+  return true;
+}
+
 // mlarope check on a yarn_tables failure directory (yarn_case.json).
 int check_yarn_command(const CheckCommandOptions& o) {
   const fs::path file = fs::path(o.case_dir) / "yarn_case.json";
@@ -214,16 +230,7 @@ int check_yarn_command(const CheckCommandOptions& o) {
   const Backend backend = props::resolve_backend(o.backend);
   std::cout << o.case_dir << ": " << describe(c) << "\n  backend " << backend.name << "\n";
   const CheckReport report = check_yarn(c, backend);
-  if (!report.unsupported.empty()) {
-    std::cout << "  not supported by " << backend.name << ": " << report.unsupported << " (no check ran)\n";
-    return 0;
-  }
-  int counts[3] = {0, 0, 0};
-  for (const CheckResult& r : report.results) {
-    std::cout << "  " << format_result(r) << "\n";
-    ++counts[int(r.outcome)];
-  }
-  std::cout << "  " << counts[0] << " passed, " << counts[1] << " failed, " << counts[2] << " skipped\n";
+  if (!print_report(report, backend)) return 0;
   return report.ok() ? 0 : kExitCheckFailed;
 }
 
@@ -243,17 +250,7 @@ int check_command(const CheckCommandOptions& o) {
             << (p.misalign ? ", misaligned" : "") << (p.broadcast_heads ? ", broadcast heads" : "")
             << "; seed " << options.seed << "\n";
   const CheckReport report = run_checks(c, backend, options);
-  if (!report.unsupported.empty()) {  // counted apart: a declined case is not a failure
-    std::cout << "  not supported by " << backend.name << ": " << report.unsupported
-              << " (no check ran)\n";
-    return 0;
-  }
-  int counts[3] = {0, 0, 0};
-  for (const CheckResult& r : report.results) {
-    std::cout << "  " << format_result(r) << "\n";
-    ++counts[int(r.outcome)];
-  }
-  std::cout << "  " << counts[0] << " passed, " << counts[1] << " failed, " << counts[2] << " skipped\n";
+  if (!print_report(report, backend)) return 0;
   if (!report.ok()) return kExitCheckFailed;
   return status_exit(report.status);
 }
