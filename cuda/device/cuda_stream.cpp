@@ -46,6 +46,7 @@ class CudaStream final : public StreamImpl {
 
   BackendKind kind() const override { return BackendKind::cuda; }
   LaunchProfile profile() const override { return cuda_launch_profile(); }
+  void set_footprint(const Footprint&) override {}  // for the host's GPU model only
   void launch(const RopeLaunch& l) override { run(l); }
   void launch(const KvSplitLaunch& l) override { run(l); }
   void launch(const KvSplitBackwardLaunch& l) override { run(l); }

@@ -39,6 +39,7 @@ class HostStream : public detail::StreamImpl {
   void begin_capture() override;
   std::unique_ptr<detail::GraphImpl> end_capture() override;
   bool capturing() const override { return capturing_; }
+  void* native_handle() const override { return nullptr; }  // no native stream on the host
 
   /// Run `op` now, or record it while capturing.
   void submit(Operation op);

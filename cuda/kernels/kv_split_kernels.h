@@ -20,11 +20,11 @@ namespace mlarope::kernels {
 template <class T>
 MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T* kv, T* key,
                                             T* value, const GridCoord& g) {
-  copy_head_segments<T>({kv, key, a.kv.head_stride, a.key.head_stride, a.heads, a.k_dim},
-                        a.copy_vector, g.thread, g.num_threads);
-  copy_head_segments<T>({kv + a.k_dim, value, a.kv.head_stride, a.value.head_stride, a.heads,
-                         a.v_dim},
-                        a.copy_vector, g.thread, g.num_threads);
+  const HeadSegments<T> k_part{kv, key, a.kv.head_stride, a.key.head_stride, a.heads, a.k_dim};
+  copy_head_segments<T>(k_part, a.copy_vector, g.thread, g.num_threads);
+  const HeadSegments<T> v_part{kv + a.k_dim, value, a.kv.head_stride, a.value.head_stride, a.heads,
+                               a.v_dim};
+  copy_head_segments<T>(v_part, a.copy_vector, g.thread, g.num_threads);
 }
 
 #if !defined(__CUDA_ARCH__)
@@ -90,8 +90,8 @@ struct KvSplitRows : RowsOfBlock<KvSplitKernelArgs> {
     T* value = row_pointer<T>(a.value, row, p.batch);
     copy_kv_parts(a, kv, key, value, g);
     if (!plan.rotate) {  // pass through: k_pe unrotated into every key head
-      copy_head_segments<T>({k_pe, key + a.k_dim, 0, a.key.head_stride, a.heads, a.emb_dim},
-                            false, g.thread, g.num_threads);
+      const HeadSegments<T> unrotated{k_pe, key + a.k_dim, 0, a.key.head_stride, a.heads, a.emb_dim};
+      copy_head_segments<T>(unrotated, false, g.thread, g.num_threads);
       return;
     }
     for (std::int64_t item = g.thread; item < items; item += g.num_threads) {
@@ -112,12 +112,12 @@ template <class T>
 MLAROPE_HD MLAROPE_INLINE void copy_grad_kv_parts(const KvSplitBackwardKernelArgs& a,
                                                  const T* grad_key, const T* grad_value,
                                                  T* grad_kv, const GridCoord& g) {
-  copy_head_segments<T>({grad_key, grad_kv, a.grad_key.head_stride, a.grad_kv.head_stride,
-                         a.heads, a.k_dim},
-                        a.copy_vector, g.thread, g.num_threads);
-  copy_head_segments<T>({grad_value, grad_kv + a.k_dim, a.grad_value.head_stride,
-                         a.grad_kv.head_stride, a.heads, a.v_dim},
-                        a.copy_vector, g.thread, g.num_threads);
+  const HeadSegments<T> k_part{grad_key, grad_kv, a.grad_key.head_stride, a.grad_kv.head_stride,
+                               a.heads, a.k_dim};
+  copy_head_segments<T>(k_part, a.copy_vector, g.thread, g.num_threads);
+  const HeadSegments<T> v_part{grad_value, grad_kv + a.k_dim, a.grad_value.head_stride,
+                               a.grad_kv.head_stride, a.heads, a.v_dim};
+  copy_head_segments<T>(v_part, a.copy_vector, g.thread, g.num_threads);
 }
 
 /// sum += x, pair by pair (the head sums' one addition, in f32).

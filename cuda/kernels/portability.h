@@ -36,7 +36,7 @@ namespace mlarope::kernels {
 
 // ---- Global memory ---------------------------------------------------------------------
 // Every load and store of a kernel body to a tensor, table, metadata array or status word goes
-// through global_load / global_store / the raw vector accesses / atomic_or / load_word below.
+// through global_load / global_store / the raw vector accesses / atomic_or below.
 // On the device they are plain accesses. On the host, while the GPU model checks a launch
 // (host/gpu_model.h: the model mode of the host backend), each access is first shown to the
 // model, which checks alignment, bounds and races and counts sectors; an access it refuses
@@ -84,16 +84,6 @@ MLAROPE_HD MLAROPE_INLINE void atomic_or(std::uint32_t* word, std::uint32_t bits
   atomicOr(word, bits);
 #else
   if (MLAROPE_OBSERVE(word, 4, Access::atomic)) __atomic_fetch_or(word, bits, __ATOMIC_RELAXED);
-#endif
-}
-
-/// Read a status word written by an earlier launch.
-MLAROPE_HD MLAROPE_INLINE std::uint32_t load_word(const std::uint32_t* word) {
-#if defined(__CUDA_ARCH__)
-  return *word;
-#else
-  if (!MLAROPE_OBSERVE(word, 4, Access::atomic)) return 0;
-  return __atomic_load_n(word, __ATOMIC_RELAXED);
 #endif
 }
 

@@ -21,9 +21,10 @@ inline constexpr std::int64_t kStagedMaxEmbDim = 512;
 inline constexpr std::int64_t kStagedChunks = 512;
 
 /// Head groups of a row: how many threads share one pair chunk (each loops over its heads).
+/// chunks >= 1: emb_dim >= 2 (validated), a multiple of 8 on the vector paths.
 MLAROPE_HD MLAROPE_INLINE std::int64_t head_groups(std::int64_t chunks, std::int64_t heads,
                                                   int num_threads) {
-  const std::int64_t by_threads = chunks > 0 ? num_threads / chunks : 1;
+  const std::int64_t by_threads = num_threads / chunks;
   const std::int64_t groups = by_threads < heads ? by_threads : heads;
   return groups < 1 ? 1 : groups;
 }
@@ -160,7 +161,7 @@ struct RopeChunkedRows : RowsOfBlock<RopeKernelArgs> {
 /// chunks as kStagedChunks holds, at least one, at most `heads`.
 MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t heads,
                                                               std::int64_t chunks) {
-  const std::int64_t fit = chunks > 0 ? kStagedChunks / chunks : heads;
+  const std::int64_t fit = kStagedChunks / chunks;  // chunks >= 1: emb_dim is a multiple of 8
   const std::int64_t n = fit < heads ? fit : heads;
   return n < 1 ? 1 : n;
 }

@@ -58,15 +58,20 @@ MLAROPE_HD inline void copy_head_segments(const HeadSegments<T>& s, bool vector,
 #if !defined(__CUDA_ARCH__)
   if (!MLAROPE_DEVICE_PATHS()) return copy_item_range_on_host(s, range, items, vectors, kPerVector);
 #endif
-  // Walk (head, item) without dividing per item: the vectors of a head, then its tail.
+  // Walk (head, item) without dividing per item: the vectors of a head, then its tail. The
+  // walk stops at range.end for any range; the device paths' ranges end at items * heads, where
+  // k < range.end never fails before item < items does (the faulty copies' contiguous ranges
+  // are where it does: gpu_model_test's coalescing test).
   std::int64_t head = quotient(range.begin, items);
   std::int64_t item = range.begin - head * items;
   for (std::int64_t k = range.begin; k < range.end;) {
     const T* src = s.src + head * s.src_head_stride;
     T* dst = s.dst + head * s.dst_head_stride;
+    // GCOVR_EXCL_BR_START: k < range.end fails first only in ranges ending inside a head (above)
     for (; item < vectors && k < range.end; item += range.step, k += range.step)
       store_raw<16>(dst + item * kPerVector, load_raw<16>(src + item * kPerVector));
     for (; item < items && k < range.end; item += range.step, k += range.step) {
+    // GCOVR_EXCL_BR_STOP
       const std::int64_t e = tail_start + (item - vectors);
       global_store(dst + e, global_load(src + e));
     }

@@ -33,7 +33,8 @@ kernels::PairRotation pair_rotation(const Rotation& r, bool adjoint) {
   p.table_dtype = r.cos.dtype;
   p.cos = table_view(r.cos);
   p.sin = table_view(r.sin);
-  p.table_vector = r.table_layout == PairLayout::half && r.cos.dtype == DType::f32 && r.cos.rank > 0 &&
+  // cos and sin are validated tables ([R, emb] or [R, 1, 1, emb]), so size(-1) exists.
+  p.table_vector = r.table_layout == PairLayout::half && r.cos.dtype == DType::f32 &&
                    r.cos.size(-1) % kernels::kVectorEmbMultiple == 0 && aligned_view(r.cos, 0, 16) &&
                    aligned_view(r.sin, 0, 16);
   return p;

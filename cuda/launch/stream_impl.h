@@ -55,7 +55,7 @@ class StreamImpl {
   virtual LaunchProfile profile() const = 0;
   /// The tensors of the call whose launches follow (the GPU model checks accesses against
   /// them; other backends ignore it).
-  virtual void set_footprint(const Footprint& footprint) { (void)footprint; }
+  virtual void set_footprint(const Footprint& footprint) = 0;
   /// Enqueue one launch.
   virtual void launch(const RopeLaunch& l) = 0;
   virtual void launch(const KvSplitLaunch& l) = 0;
@@ -70,7 +70,7 @@ class StreamImpl {
   /// True between begin_capture and end_capture.
   virtual bool capturing() const = 0;
   /// The native stream (CUDA: the cudaStream_t); nullptr where there is none (host backend).
-  virtual void* native_handle() const { return nullptr; }
+  virtual void* native_handle() const = 0;
 };
 
 }  // namespace mlarope::detail

@@ -168,7 +168,7 @@ RopeArgs RopeHarness::args(bool device, DeviceStatus* status, const Tensor& cos,
 }
 
 void RopeHarness::run_backend(Stream& stream) {
-  const RopeArgs a = args(true, status_.as<DeviceStatus>(), cos_, sin_);
+  const RopeArgs a = args(true, case_.status_word ? status_.as<DeviceStatus>() : nullptr, cos_, sin_);
   if (case_.in_place && case_.backward) rope_backward_inplace({input_.device_view(), a}, stream);
   else if (case_.in_place) rope_inplace({input_.device_view(), a}, stream);
   else if (case_.backward) rope_backward({input_.device_view(), output_.device_view(), a}, stream);
@@ -283,7 +283,7 @@ KvSplitArgs KvHarness::args(bool device, DeviceStatus* status, const Tensor& cos
 }
 
 void KvHarness::run_backend(Stream& stream) {
-  const KvSplitArgs a = args(true, status_.as<DeviceStatus>(), cos_, sin_);
+  const KvSplitArgs a = args(true, case_.status_word ? status_.as<DeviceStatus>() : nullptr, cos_, sin_);
   if (case_.backward)
     kv_split_backward({in_a_.device_view(), in_b_.device_view(), out_a_.device_view(),
                        out_b_.device_view(), a},
@@ -355,8 +355,8 @@ namespace {
 
 template <class Harness>
 ::testing::AssertionResult check_case(const std::string& name, Harness& h, BackendKind backend,
-                                      std::uint64_t seed, ErrorStats* errors) {
-  Stream stream = backend == BackendKind::host ? Stream::host({seed, 2}) : Stream::cuda();
+                                      std::uint64_t seed, ErrorStats* errors, bool gpu_model) {
+  Stream stream = backend == BackendKind::host ? Stream::host({seed, 2, gpu_model}) : Stream::cuda();
   h.upload(backend);
   h.run_backend(stream);
   stream.synchronize();
@@ -364,7 +364,10 @@ template <class Harness>
   h.run_reference();
   ::testing::AssertionResult r = outputs_match(h.checks(), errors);
   if (!r) return ::testing::AssertionFailure() << name << ": " << r.message();
-  if (h.backend_status() != h.reference_status())
+  // Without a status word the call has nowhere to report: the unused word must stay as it was.
+  if (!h.has_status_word() && h.backend_status() != 0)
+    return ::testing::AssertionFailure() << name << ": a call without a status word wrote one";
+  if (h.has_status_word() && h.backend_status() != h.reference_status())
     return ::testing::AssertionFailure() << name << ": status " << describe_status(h.backend_status())
                                          << ", reference " << describe_status(h.reference_status());
   return ::testing::AssertionSuccess();
@@ -373,15 +376,15 @@ template <class Harness>
 }  // namespace
 
 ::testing::AssertionResult check_rope_case(const RopeCase& c, BackendKind backend,
-                                           std::uint64_t seed, ErrorStats* errors) {
+                                           std::uint64_t seed, ErrorStats* errors, bool gpu_model) {
   RopeHarness h(c, seed);
-  return check_case(c.name, h, backend, seed, errors);
+  return check_case(c.name, h, backend, seed, errors, gpu_model);
 }
 
 ::testing::AssertionResult check_kv_case(const KvCase& c, BackendKind backend, std::uint64_t seed,
-                                         ErrorStats* errors) {
+                                         ErrorStats* errors, bool gpu_model) {
   KvHarness h(c, seed);
-  return check_case(c.name, h, backend, seed, errors);
+  return check_case(c.name, h, backend, seed, errors, gpu_model);
 }
 
 std::string describe(const LayoutTriple& t) {

@@ -42,6 +42,7 @@ struct RopeCase {
   std::int64_t head_pad = 0;     ///< extra elements between heads
   std::int64_t row_pad = 0;      ///< extra elements between rows
   bool broadcast_heads = false;  ///< out of place: input head stride 0
+  bool status_word = true;       ///< false: the call gets no status word (nullptr)
 };
 
 /// A kv_split / kv_split_backward case.
@@ -56,6 +57,7 @@ struct KvCase {
   bool backward = false;
   std::int64_t head_pad = 0;
   std::int64_t row_pad = 0;
+  bool status_word = true;  ///< false: the call gets no status word (nullptr)
 };
 
 /// Number of THD rows T, or S * B.
@@ -97,6 +99,7 @@ class RopeHarness {
   std::vector<OutputCheck> checks() const;
   DeviceStatus backend_status() const { return backend_status_; }
   DeviceStatus reference_status() const { return reference_status_; }
+  bool has_status_word() const { return case_.status_word; }
   const RopeCase& description() const { return case_; }
   /// The input tensor (t / grad_out / in-place tensor), e.g. to write new values.
   Tensor& input() { return input_; }
@@ -133,6 +136,7 @@ class KvHarness {
   std::vector<OutputCheck> checks() const;
   DeviceStatus backend_status() const { return backend_status_; }
   DeviceStatus reference_status() const { return reference_status_; }
+  bool has_status_word() const { return case_.status_word; }
 
  private:
   KvSplitArgs args(bool device, DeviceStatus* status, const Tensor& cos, const Tensor& sin) const;
@@ -151,11 +155,14 @@ class KvHarness {
   Tensor ref_a_, ref_b_, magnitude_a_, magnitude_b_;
 };
 
-/// Build, run on `backend` (stream seed `seed`) and on the reference, compare.
+/// Build, run on `backend` (stream seed `seed`; host: under the GPU model when `gpu_model`, in
+/// the fast mode otherwise) and on the reference, compare.
 ::testing::AssertionResult check_rope_case(const RopeCase& c, BackendKind backend,
-                                           std::uint64_t seed = 1, ErrorStats* errors = nullptr);
+                                           std::uint64_t seed = 1, ErrorStats* errors = nullptr,
+                                           bool gpu_model = false);
 ::testing::AssertionResult check_kv_case(const KvCase& c, BackendKind backend,
-                                         std::uint64_t seed = 1, ErrorStats* errors = nullptr);
+                                         std::uint64_t seed = 1, ErrorStats* errors = nullptr,
+                                         bool gpu_model = false);
 
 /// A readable description of a layout triple.
 std::string describe(const LayoutTriple& layouts);

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "host/gpu_model.h"
 #include "host/host_stream.h"
+#include "launch/footprint.h"
 #include "mlarope/error.h"
 #include "testing/faulty_host_stream.h"
 #include "testing/model_calls.h"
@@ -90,6 +92,61 @@ constexpr bool kAsan = true;
 #else
 constexpr bool kAsan = false;
 #endif
+
+// Every access helper of kernels/portability.h makes no access the model refuses: shown an
+// address outside every tensor of the call (and outside the block's shared memory), each
+// reports it and leaves memory as it was; a load returns zeros. The kernels' own accesses reach
+// these refusals only when a kernel is wrong (the faults above), and not every helper has one.
+TEST(GpuModelRefusals, NoHelperMakesAnAccessTheModelRefuses) {
+  alignas(16) float tensor[8] = {};
+  alignas(16) float outside[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  alignas(16) float shared[4] = {};
+  detail::Footprint footprint;
+  footprint.add("t", contiguous_view<void>(tensor, DType::f32, {8}), detail::RegionUse::read_write);
+  kernels::gpu_model::Recorder recorder("refusals", footprint);
+  recorder.begin_thread(kernels::GridCoord{});
+  recorder.begin_phase(0, 0, shared, sizeof shared / 2);  // half of `shared` is the block's
+  kernels::gpu_model::t_recorder = &recorder;
+  std::uint32_t* word = reinterpret_cast<std::uint32_t*>(outside);
+  const float loaded = kernels::global_load(outside + 1);
+  kernels::global_store(outside + 1, -1.0f);
+  const kernels::RawVector<16> v16 = kernels::load_raw<16>(outside);
+  const kernels::RawVector<8> v8 = kernels::load_raw<8>(outside + 4);
+  const kernels::RawVector<4> v4 = kernels::load_raw<4>(outside + 6);
+  kernels::store_raw<16>(outside, kernels::RawVector<16>{});
+  kernels::store_raw<8>(outside + 4, kernels::RawVector<8>{});
+  kernels::store_raw<4>(outside + 6, kernels::RawVector<4>{});
+  kernels::atomic_or(word + 7, 0xffu);
+  const float shared_loaded = kernels::shared_load(shared + 3);  // past the block's half
+  kernels::shared_store(shared + 3, -1.0f);
+  kernels::gpu_model::t_recorder = nullptr;
+  EXPECT_EQ(loaded, 0.0f);
+  EXPECT_EQ(shared_loaded, 0.0f);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(v16.words[i], 0u) << i;
+  EXPECT_EQ(v8.words[0] | v8.words[1] | v4.words[0], 0u);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(outside[i], static_cast<float>(i + 1)) << "element " << i;
+  EXPECT_EQ(shared[3], 0.0f);
+  EXPECT_EQ(recorder.stats().errors, 11);
+  ASSERT_FALSE(recorder.findings().empty());
+  EXPECT_NE(recorder.findings()[0].find("out-of-bounds load"), std::string::npos) << recorder.findings()[0];
+}
+
+// A footprint holds kCapacity tensors (more than any call has); past that, adding is a no-op,
+// never a write past its array.
+TEST(GpuModelRefusals, AFootprintStopsAtItsCapacity) {
+  float data[4] = {};
+  std::int32_t index[2] = {};
+  DeviceStatus status = 0;
+  detail::Footprint footprint;
+  for (int i = 0; i < detail::Footprint::kCapacity; ++i)
+    footprint.add("t", contiguous_view<const void>(data, DType::f32, {4}), detail::RegionUse::read);
+  ASSERT_EQ(footprint.count, detail::Footprint::kCapacity);
+  footprint.add("more", contiguous_view<void>(data, DType::f32, {4}), detail::RegionUse::write);
+  footprint.add("index", IndexView{index, IndexType::i32, 2});
+  footprint.add_status("status", &status);
+  EXPECT_EQ(footprint.count, detail::Footprint::kCapacity);
+  for (const detail::TensorRegion& r : footprint.regions) EXPECT_STREQ(r.name, "t");
+}
 
 TEST(GpuModelDetectors, AsanCatchesAStorePastALocalArray) {
   if (!kAsan) GTEST_SKIP() << "needs the AddressSanitizer build (ci/test.sh builds build-asan)";

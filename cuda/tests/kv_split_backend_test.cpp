@@ -45,6 +45,36 @@ TEST_P(KvSplitBackendTest, AllTriplesAndDtypesMatchTheReference) {
   check_all(both_directions(bases));
 }
 
+// As RopeBackendTest.CallsWithoutAStatusWordEmptyCallsAndWideSlices: calls without a status
+// word whose rows lie outside the table or whose cu_seqlens exceed the rows, and empty calls,
+// in the fast mode and (host) under the GPU model.
+TEST_P(KvSplitBackendTest, CallsWithoutAStatusWordAndEmptyCalls) {
+  std::vector<KvCase> bases;
+  KvCase outside;
+  outside.rows.seq_offsets = true;  // offsets 0..3 past a table of S rows: some pass through
+  outside.rows.table_rows = 6;
+  outside.status_word = false;
+  outside.name = "rows outside the table, no status word";
+  bases.push_back(outside);
+  KvCase gate = outside;
+  gate.rows.layout = TokenLayout::thd;
+  gate.rows.cu_seqlens = cumulative({5, 7});
+  gate.rows.thd_rows = 9;
+  gate.rows.seq_offsets = false;
+  gate.rows.table_rows = 0;
+  gate.name = "THD cu_seqlens past the rows, no status word";
+  bases.push_back(gate);
+  KvCase empty;
+  empty.rows.seq = 0;
+  empty.name = "SBHD without rows";
+  bases.push_back(empty);
+  const std::vector<KvCase> cases = both_directions(bases);
+  for (const KvCase& c : cases) EXPECT_TRUE(check_kv_case(c, backend(), 1));
+  if (backend() == BackendKind::host) {
+    for (const KvCase& c : cases) EXPECT_TRUE(check_kv_case(c, backend(), 1, nullptr, true)) << "GPU model";
+  }
+}
+
 TEST_P(KvSplitBackendTest, DimsOfEverySizeIncludingEmptyKeyAndValueParts) {
   std::vector<KvCase> bases;
   for (std::int64_t emb : {2, 6, 16, 64})

@@ -12,6 +12,7 @@
 
 #include "kernels/element_io.h"
 #include "kernels/host_simd.h"
+#include "kernels/segment_copy.h"
 #include "mlarope/host_convert.h"
 
 namespace mlarope::kernels {
@@ -100,13 +101,62 @@ TEST(Portability, RoundToOddMatchesTheHostConversion) {
   EXPECT_EQ(double_to_float_round_odd(0.5), 0.5f);
 }
 
+TEST(Portability, RoundToOddKeepsNanAndInfinityAndOverflows) {
+  EXPECT_TRUE(std::isnan(double_to_float_round_odd(std::nan(""))));
+  EXPECT_EQ(double_to_float_round_odd(HUGE_VAL), HUGE_VALF);
+  EXPECT_EQ(double_to_float_round_odd(-HUGE_VAL), -HUGE_VALF);
+  // Past the largest float (not exactly representable): the conversion overflows to infinity,
+  // which round-to-odd keeps (rounding it again to f16/bf16 gives infinity too).
+  EXPECT_EQ(double_to_float_round_odd(1e39), HUGE_VALF);
+  EXPECT_EQ(double_to_float_round_odd(-1e39), -HUGE_VALF);
+}
+
+TEST(Portability, QuotientIsExactOnBothSidesOfThe32BitPath) {
+  const std::int64_t big = std::int64_t{1} << 40;
+  EXPECT_EQ(quotient(big + 5, 3), (big + 5) / 3);
+  EXPECT_EQ(quotient(12, big), 0);
+  EXPECT_EQ(quotient(big * 3 + 1, big), 3);
+  EXPECT_EQ(quotient(0xffffffffLL, 7), 0xffffffffLL / 7);  // the largest 32-bit operand
+  EXPECT_EQ(quotient(0x100000000LL, 2), 0x80000000LL);       // the smallest 64-bit one
+}
+
 TEST(Portability, AtomicOrAccumulates) {
   std::uint32_t word = 0;
   atomic_or(&word, 1u);
   atomic_or(&word, 4u);
   atomic_or(&word, 1u);
   EXPECT_EQ(word, 5u);
-  EXPECT_EQ(load_word(&word), 5u);
+}
+
+// copy_head_segments in the host's fast mode (no GPU model: each thread one contiguous range
+// of (head, item) pairs, copied by memcpy per head): over lengths with and without a tail of
+// single elements, head counts and thread counts, the threads together copy every element of
+// every head's segment exactly once and touch nothing between the segments.
+TEST(SegmentCopy, TheFastModeSharesCopyEveryElementOnce) {
+  for (bool vector : {false, true})
+    for (std::int64_t length = 0; length <= 21; ++length)
+      for (std::int64_t heads = 1; heads <= 3; ++heads)
+        for (int threads = 1; threads <= 5; ++threads) {
+          const std::int64_t stride = 24;  // 16-byte aligned heads, a gap after each segment
+          alignas(16) float src[3 * 24], dst[3 * 24];
+          for (int i = 0; i < 3 * 24; ++i) src[i] = static_cast<float>(i + 1), dst[i] = -1.0f;
+          const HeadSegments<float> s{src, dst, stride, stride, heads, length};
+          for (int t = 0; t < threads; ++t) copy_head_segments(s, vector, t, threads);
+          for (std::int64_t i = 0; i < 3 * stride; ++i) {
+            const bool inside = i / stride < heads && i % stride < length;
+            ASSERT_EQ(dst[i], inside ? src[i] : -1.0f)
+                << "element " << i << ", length " << length << ", heads " << heads << ", threads "
+                << threads << (vector ? ", vector" : "");
+          }
+        }
+}
+
+TEST(Portability, RawVectorAccessesCopyTheirBytes) {  // the host's plain path (no GPU model)
+  alignas(16) std::uint32_t in[7] = {1, 2, 3, 4, 5, 6, 7}, out[7] = {};
+  store_raw<16>(out, load_raw<16>(in));
+  store_raw<8>(out + 4, load_raw<8>(in + 4));
+  store_raw<4>(out + 6, load_raw<4>(in + 6));
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(out[i], in[i]) << i;
 }
 
 TEST(Portability, VectorLoadsAndStoresRoundTrip) {

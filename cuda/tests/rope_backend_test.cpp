@@ -100,6 +100,64 @@ TEST_P(RopeBackendTest, EmbDimsHeadsAndNopeDimsOfEverySize) {
   check_all(with_all_calls(bases));
 }
 
+// Calls at the edges of the kernels' work sharing, on the host both in the fast mode and under
+// the GPU model (the device paths): calls without a status word whose rows lie outside the table
+// or whose cu_seqlens are bad (they pass through, and nothing is written anywhere else);
+// empty calls (one block without rows); the staged in-place body with two rounds per row whose
+// rows lie outside the table (only its first round reports); a slice wider than the fast
+// mode's branch holds.
+TEST_P(RopeBackendTest, CallsWithoutAStatusWordEmptyCallsAndWideSlices) {
+  std::vector<RopeCase> bases;
+  for (bool status_word : {false, true}) {
+    RopeCase outside;
+    outside.rows.seq_offsets = true;  // offsets 0..3 past a table of S rows: some pass through
+    outside.rows.table_rows = 6;
+    outside.status_word = status_word;
+    outside.name = std::string("rows outside the table") + (status_word ? "" : ", no status word");
+    bases.push_back(outside);
+    RopeCase gate = outside;
+    gate.rows = thd_rows({5, 7});
+    gate.rows.thd_rows = 9;
+    gate.rows.table_rows = 0;  // the sequences need 12 rows: the gate closes
+    gate.name = std::string("THD cu_seqlens past the rows") + (status_word ? "" : ", no status word");
+    bases.push_back(gate);
+    RopeCase decreasing = gate;  // a sequence of length -2: the per-sequence rules fail
+    decreasing.rows.cu_seqlens = {0, 5, 3};
+    decreasing.rows.thd_rows = 6;
+    decreasing.name = std::string("THD decreasing cu_seqlens") + (status_word ? "" : ", no status word");
+    bases.push_back(decreasing);
+    RopeCase staged;  // f32, emb 512: 128 chunks a slice, 4 slices a round, 2 rounds a row
+    staged.dtype = DType::f32;
+    staged.layouts = {PairLayout::interleaved, PairLayout::half, PairLayout::half};
+    staged.heads = 5;
+    staged.emb_dim = 512;
+    staged.rows.seq_offsets = true;
+    staged.rows.table_rows = 6;
+    staged.status_word = status_word;
+    staged.name = std::string("staged, two rounds a row, rows outside the table") +
+                  (status_word ? "" : ", no status word");
+    bases.push_back(staged);
+  }
+  RopeCase empty_sbhd;
+  empty_sbhd.rows.seq = 0;
+  empty_sbhd.name = "SBHD without rows";
+  bases.push_back(empty_sbhd);
+  RopeCase empty_thd;
+  empty_thd.rows = thd_rows({0, 0});
+  empty_thd.name = "THD without rows";
+  bases.push_back(empty_thd);
+  RopeCase wide;
+  wide.emb_dim = 520;  // past kHostRopeMaxEmbDim: the fast mode takes the device paths
+  wide.heads = 2;
+  wide.name = "emb 520";
+  bases.push_back(wide);
+  const std::vector<RopeCase> cases = with_all_calls(bases);
+  for (const RopeCase& c : cases) EXPECT_TRUE(check_rope_case(c, backend(), 1));
+  if (backend() == BackendKind::host) {
+    for (const RopeCase& c : cases) EXPECT_TRUE(check_rope_case(c, backend(), 1, nullptr, true)) << "GPU model";
+  }
+}
+
 TEST_P(RopeBackendTest, MegatronModesInEveryDtypeWithRealisticDims) {
   const std::vector<LayoutTriple> modes = {{PairLayout::interleaved, PairLayout::half, PairLayout::half},
                                            {PairLayout::interleaved, PairLayout::interleaved, PairLayout::half},

@@ -34,6 +34,13 @@ std::string pending_cuda_error(BackendKind backend) {
   return backend == BackendKind::cuda ? detail::cuda::take_last_error() : std::string();
 }
 
+TEST(HostStreamTest, HasNoNativeHandle) {  // backend.h: nullptr for a host stream
+  EXPECT_EQ(Stream::host().native_handle(), nullptr);
+  HostStreamOptions model;
+  model.gpu_model = true;
+  EXPECT_EQ(Stream::host(model).native_handle(), nullptr);
+}
+
 TEST_P(StreamLifetimeTest, AStreamDestroyedMidCaptureLeavesTheBackendUsable) {
   RopeHarness h(thd_case(), 1);
   h.upload(backend());
