@@ -13,6 +13,11 @@
 #if defined(__CUDACC__)
 #define MLAROPE_HD __host__ __device__
 #define MLAROPE_INLINE __forceinline__
+#elif defined(MLAROPE_COVERAGE_BUILD)
+// The coverage build (-DMLAROPE_COVERAGE=ON, -O0): no forced inlining, so that gcov counts each
+// branch at its own line, once per instantiation, not once per call site.
+#define MLAROPE_HD
+#define MLAROPE_INLINE inline
 #else
 #define MLAROPE_HD
 #define MLAROPE_INLINE inline __attribute__((always_inline))
