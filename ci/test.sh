@@ -41,5 +41,5 @@ if [ "${MLAROPE_SKIP_EXTRA:-0}" != 1 ]; then
 fi
 if [ "${MLAROPE_SKIP_COVERAGE:-0}" != 1 ]; then  # the coverage summary again, at the end of the log
   echo "test: coverage of the kernel and launch code (lines, branches; out/coverage/coverage.txt):"
-  grep -E '^  total|^exclusions' out/coverage/coverage.txt
+  sed -n '/^  total/p; /^exclusions/,$p' out/coverage/coverage.txt
 fi
