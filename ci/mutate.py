@@ -918,6 +918,10 @@ def check_registry():
               "kv_split_backward's head-sum order and groups (cuda/tests/kv_sum_order_test.cpp)"),
         Check("thd_gate", ["thd_gate_test"], ["@thd_gate_test"],
               "the cu_seqlens gate and the THD grid cap (cuda/tests/thd_gate_test.cpp)"),
+        Check("oversized_grid", ["oversized_grid_test"], ["@oversized_grid_test"],
+              "grids with more blocks than rows and more threads than the gate's slots, under the GPU "
+              "model (cuda/tests/oversized_grid_test.cpp); skipped where the build has no such target",
+              optional=True),
         Check("host_backend", ["host_backend_test"], ["@host_backend_test", "--gtest_filter=-*/cuda"],
               "every op on the host backend against the reference: dtypes, layouts, THD, CP, metadata, "
               "graphs, YaRN, Megatron ops, order (cuda/tests/*_backend_test.cpp and the rest of host_backend_test)"),
@@ -948,7 +952,7 @@ def check_registry():
 
 
 DEFAULT_CHECKS = ["dispatch", "canonical_launch", "launch_alignment", "portability", "kv_sum_order", "thd_gate",
-                  "host_backend", "megatron_cases"] + [n for n, _ in PROPS] + ["fuzz", "fuzz_fast"]
+                  "oversized_grid", "host_backend", "megatron_cases"] + [n for n, _ in PROPS] + ["fuzz", "fuzz_fast"]
 
 
 def parse_checks(spec):
