@@ -122,10 +122,4 @@ MLAROPE_HD MLAROPE_INLINE float load_table_element(const void* base, DType dtype
   }
 }
 
-/// Copy element `index` of `src` to `dst` bit for bit (no conversion: NaN payloads kept).
-template <class T>
-MLAROPE_HD MLAROPE_INLINE void copy_element(const T* src, T* dst, std::int64_t index) {
-  global_store(dst + index, global_load(src + index));
-}
-
 }  // namespace mlarope::kernels

@@ -139,18 +139,6 @@ MLAROPE_HD MLAROPE_INLINE void store_pairs(T* slice, PairLayout layout, std::int
   }
 }
 
-/// Copy, bit for bit, the elements that pairs first .. first + kPairs - 1 occupy in `layout`
-/// (a pass-through row: the slice is copied unchanged, positions kept).
-template <class T, int kPairs>
-MLAROPE_HD MLAROPE_INLINE void copy_pairs(const T* src, T* dst, PairLayout layout,
-                                         std::int64_t half_dim, std::int64_t first) {
-  MLAROPE_SIMD
-  for (int j = 0; j < kPairs; ++j) {
-    copy_element(src, dst, u_position(layout, first + j, half_dim));
-    copy_element(src, dst, v_position(layout, first + j, half_dim));
-  }
-}
-
 /// load_coefficients, with table reads shown to the GPU model or not (kObserved).
 template <int kPairs, bool kObserved>
 MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> coefficients_from_table(const PairRotation& r,

@@ -126,6 +126,9 @@ const std::vector<Canonical>& canonical_calls() {
        "vector", 8, 128, 8192, 1.0},
       {"kv_split_backward bf16 misaligned", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
        kI, kH, 1, "scalar", 8, 128, 4096, 0.85},
+      // Small k and v, backward: the partial sums decide (8 chunks x 4 head groups > 4 x (2 + 2)).
+      {"kv_split_backward bf16 small k and v", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 4, 16, 64,
+       kI, kH, 0, "vector", 8, 32, 32, 1.0},
       // One small head: 8 chunks (f32 emb 8: 2), one warp; THD stops at 4096 blocks, any layout at 2^20.
       {"rope thd bf16 past the THD block cap", Call::rope, DType::bf16, TokenLayout::thd, 5000, 1, 0, 64, kI, kH, 0,
        "chunked_vector", 4096, 32, 8, 0.73},

@@ -1,7 +1,7 @@
-// Grids larger than the launch builder makes. The builder gives at most one block per row (or
-// staged round) and at most 128 threads, the number of the THD gate's checking slots; the
-// kernel bodies are written for any grid, so blocks past the work must do nothing and threads
-// past the slots must leave the gate to the others. Each launch runs under the GPU model (the
+// Grids other than the launch builder's. The builder gives one block per row (or staged
+// round) up to a cap, and at most 128 threads, the number of the THD gate's checking slots; the
+// kernel bodies are written for any grid, so blocks past the work must do nothing, threads past
+// the slots must leave the gate to the others, and fewer blocks take several rounds each. Each launch runs under the GPU model (the
 // device paths, bounds and races checked) and must equal, bit for bit and status word included,
 // the same call made through the public entry point.
 #include <gtest/gtest.h>
@@ -105,7 +105,7 @@ kernels::GridShape oversized(kernels::GridShape g, Oversize o) {
 
 TEST(OversizedGrid, RopeWithMoreBlocksThanRowsAndMoreThreadsThanGateSlots) {
   for (bool thd : {false, true})
-    for (Oversize o : {Oversize{5, 0}, Oversize{0, 256}, Oversize{3, 192}}) {
+    for (Oversize o : {Oversize{5, 0}, Oversize{0, 256}, Oversize{3, 192}, Oversize{-4, 0}}) {
       SCOPED_TRACE(std::string(thd ? "THD" : "SBHD") + ", " + std::to_string(o.extra_blocks) +
                    " extra blocks, threads " + std::to_string(o.threads));
       RopeData want(thd, 16), got(thd, 16);
@@ -125,19 +125,23 @@ TEST(OversizedGrid, RopeWithMoreBlocksThanRowsAndMoreThreadsThanGateSlots) {
     }
 }
 
-TEST(OversizedGrid, StagedRopeWithMoreBlocksThanRounds) {
-  // emb 512 (f32): 128 chunks a slice, 4 slices a round, 2 rounds a row.
-  RopeData want(false, 512), got(false, 512);
-  const auto shape = want.shape();
-  Stream s = model_stream();
-  rope_inplace({f32_view<void>(want.t.data(), shape), want.args()}, s);
-  s.synchronize();
-  const RopeInplaceCall call{f32_view<void>(got.t.data(), shape), got.args()};
-  const detail::RopeLaunch l =
-      detail::make_rope_launch(call.t, call.t, call.args, {true, false}, detail::cuda_launch_profile());
-  ASSERT_EQ(l.variant, detail::RopeVariant::staged_vector);
-  run_with_grid(detail::footprint_of(call), l, oversized(l.grid, {7, 0}));
-  EXPECT_EQ(got.t, want.t);
+TEST(OversizedGrid, StagedRopeWithMoreBlocksThanRoundsAndWithFewer) {
+  // emb 512 (f32): 128 chunks a slice, 4 slices a round, 2 rounds a row, 12 rounds a call.
+  for (std::int64_t blocks : {19, 5, 1}) {  // 5 and 1: blocks take several rounds each
+    SCOPED_TRACE(std::to_string(blocks) + " blocks");
+    RopeData want(false, 512), got(false, 512);
+    const auto shape = want.shape();
+    Stream s = model_stream();
+    rope_inplace({f32_view<void>(want.t.data(), shape), want.args()}, s);
+    s.synchronize();
+    const RopeInplaceCall call{f32_view<void>(got.t.data(), shape), got.args()};
+    const detail::RopeLaunch l =
+        detail::make_rope_launch(call.t, call.t, call.args, {true, false}, detail::cuda_launch_profile());
+    ASSERT_EQ(l.variant, detail::RopeVariant::staged_vector);
+    ASSERT_EQ(l.grid.blocks, 12);
+    run_with_grid(detail::footprint_of(call), l, {blocks, l.grid.threads});
+    EXPECT_EQ(got.t, want.t);
+  }
 }
 
 // f32 kv_split operands: kv [3, 2, kHeads, 8 + 8], k_pe [3, 2, 1, 16].

@@ -13,6 +13,7 @@
 #include "kernels/element_io.h"
 #include "kernels/host_simd.h"
 #include "kernels/segment_copy.h"
+#include "launch/footprint.h"
 #include "mlarope/host_convert.h"
 
 namespace mlarope::kernels {
@@ -149,6 +150,20 @@ TEST(SegmentCopy, TheFastModeSharesCopyEveryElementOnce) {
                 << threads << (vector ? ", vector" : "");
           }
         }
+}
+
+// The GPU model allows a kernel the bytes of its call's footprint: an index array that is
+// absent (even with a size) or empty adds no region, a given one adds one.
+TEST(Footprint, HoldsOnlyTheArraysACallGives) {
+  std::int32_t ids[2] = {};
+  detail::Footprint f;
+  f.add("absent", IndexView{nullptr, IndexType::i32, 5});
+  f.add("empty", IndexView{ids, IndexType::i32, 0});
+  EXPECT_EQ(f.count, 0);
+  f.add("ids", IndexView{ids, IndexType::i32, 2});
+  ASSERT_EQ(f.count, 1);
+  EXPECT_STREQ(f.regions[0].name, "ids");
+  EXPECT_EQ(f.regions[0].shape[0], 2);
 }
 
 TEST(Portability, RawVectorAccessesCopyTheirBytes) {  // the host's plain path (no GPU model)
