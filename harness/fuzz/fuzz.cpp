@@ -273,6 +273,7 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   std::ofstream json(options.out / "fuzz.json");
   json << to_json(stats, options).dump(1) << "\n";
   if (!json) throw Error((options.out / "fuzz.json").string() + ": cannot write");
+  write_junit((options.out / "junit.xml").string(), {junit_suite(stats, options)});
   return stats;
 }
 

@@ -1,6 +1,6 @@
 // The fuzzer behind `mlarope fuzz`: random cases (properties/generators.h) through every check
 // until a time or case budget ends; counts, ulp histograms and failure directories in
-// DIR/fuzz.json and DIR/failures/.
+// DIR/fuzz.json and DIR/failures/, and a JUnit report (a test case per check) in DIR/junit.xml.
 #pragma once
 
 #include <array>
@@ -18,6 +18,7 @@
 #include "checks/checks.h"
 #include "fuzz/shard.h"
 #include "io/case_file.h"
+#include "io/junit.h"
 
 namespace mlarope::harness {
 
@@ -110,12 +111,16 @@ nlohmann::json to_json(const FuzzStats& stats, const FuzzOptions& options);
 FuzzStats stats_from_json(const nlohmann::json& json);
 /// The short summary printed at the end.
 std::string summary(const FuzzStats& stats, const FuzzOptions& options);
+/// The run as a JUnit suite: a test case per check, failed when any case failed it, with
+/// each failing case's description, message and the command that replays it (at most 20 a
+/// check; the count says how many failed). Written as out/junit.xml beside fuzz.json.
+JunitSuite junit_suite(const FuzzStats& stats, const FuzzOptions& options);
 
 /// The seed case `index` of a run with `seed` is drawn from.
 std::uint64_t case_seed(std::uint64_t seed, std::int64_t index);
 
 /// Run the fuzzer, showing progress on `progress` (one updating line when `tty`, else a line
-/// every few seconds); writes out/fuzz.json and out/failures/. Throws mlarope::Error on bad
+/// every few seconds); writes out/fuzz.json, out/junit.xml and out/failures/. Throws mlarope::Error on bad
 /// options or an unusable output directory.
 FuzzStats run_fuzz(const FuzzOptions& options, std::ostream& progress, bool tty);
 

@@ -245,3 +245,49 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
 }
 
 }  // namespace mlarope::harness
+
+namespace mlarope::harness {
+
+JunitSuite junit_suite(const FuzzStats& s, const FuzzOptions& o) {
+  constexpr std::size_t kListed = 20;  // failing cases written out per check
+  JunitSuite suite;
+  suite.name = "mlarope fuzz on " + o.backend;
+  suite.seconds = s.seconds;
+  suite.properties = {{"backend", o.backend}, {"seed", std::to_string(o.seed)}, {"size", std::to_string(o.size)},
+                      {"cases", std::to_string(s.cases)}, {"failing_cases", std::to_string(s.failing_cases)}};
+  if (o.shard.count > 1)
+    suite.properties.push_back({"shard", std::to_string(o.shard.index) + " of " + std::to_string(o.shard.count)});
+  std::map<std::string, std::array<std::int64_t, 3>> checks = s.checks;
+  for (const FuzzFailure& f : s.failures)  // a check named only by a failure still gets its case
+    for (const auto& [check, message] : f.checks) checks.emplace(check, std::array<std::int64_t, 3>{0, 0, 0});
+  for (const auto& [check, n] : checks) {
+    JunitCase c;
+    c.classname = "mlarope.fuzz." + o.backend;
+    c.name = check;
+    std::ostringstream text;
+    std::size_t listed = 0, failed = 0;
+    for (const FuzzFailure& f : s.failures)
+      for (const auto& [name, message] : f.checks) {
+        if (name != check) continue;
+        if (++failed > kListed) continue;
+        ++listed;
+        text << "case #" << f.index << " (seed " << f.seed << "): " << f.description << "\n  " << message << "\n";
+        if (!f.dir.empty())
+          text << "  replay: mlarope check " << (o.out / f.dir).string() << " --backend " << o.backend << "\n";
+      }
+    const std::int64_t failing = std::max<std::int64_t>(n[1], static_cast<std::int64_t>(failed));
+    if (failing > 0) {
+      c.outcome = JunitCase::Outcome::failure;
+      c.message = check + " failed in " + std::to_string(failing) + " of " + std::to_string(n[0] + n[1] + n[2]) +
+                  " cases" + (listed < failed ? " (the first " + std::to_string(listed) + " listed)" : "");
+      c.text = text.str();
+    } else if (n[0] == 0 && n[2] > 0) {
+      c.outcome = JunitCase::Outcome::skipped;
+      c.message = check + " did not apply to any of the " + std::to_string(n[2]) + " cases it was offered";
+    }
+    suite.cases.push_back(c);
+  }
+  return suite;
+}
+
+}  // namespace mlarope::harness
