@@ -5,10 +5,14 @@
 // `mlarope report` reads both.
 //
 // Timing: every benchmark iteration is one measurement of `reps` calls between two events,
-// rotating among input sets that together hold >= 256 MiB (beyond the L2 cache), after a
-// warm-up batch; the iteration time (UseManualTime) is the measurement over `reps`, so
-// `real_time` is the time of one call. `copy_GBps` is the bandwidth of a >= 1 GiB
-// device-to-device cudaMemcpyAsync (read + write counted), measured once per run.
+// rotating among input sets that together hold at least 256 MiB and twice the L2 cache (so
+// no call is timed out of cache; the context says how much), after a warm-up batch; the
+// iteration time (UseManualTime) is the measurement over `reps`, so `real_time` is the time
+// of one call. `copy_GBps` is the bandwidth of a >= 1 GiB device-to-device cudaMemcpyAsync
+// (read + write counted), measured once per run. After each measurement the SM clock and
+// the clock-event reasons are read through NVML (loaded at run time, when the driver has it):
+// `sm_clock_MHz` (mean), `sm_clock_min_MHz` and `throttled` (the share of measurements a
+// power or thermal limit held the clock down), so a slow figure from a throttled GPU shows.
 //
 //   cuda_bench [--full] [--graph] [Google Benchmark flags]
 //     --full   the full shape set of mlarope_bench (T 1K..16K, both models, both layouts)
@@ -17,6 +21,7 @@
 // Without a CUDA device it prints one line and exits 0.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,7 +44,7 @@ using namespace mlarope::bench;
 
 namespace {
 
-constexpr std::size_t kRotationBytes = std::size_t{256} << 20;  // input sets beyond the L2 (50 MB on H200)
+constexpr std::size_t kMinRotationBytes = std::size_t{256} << 20;  // at least; 2x the L2 if larger
 constexpr std::size_t kCopyBytes = std::size_t{1} << 30;        // copy_GBps: a 1 GiB copy
 constexpr double kMeasurementBytes = 4.0 * (1u << 30);          // traffic of one measurement (~1 ms)
 
@@ -49,6 +54,97 @@ void check(cudaError_t e, const char* what) {
 
 bool g_graph = false;              // --graph
 std::unique_ptr<Stream> g_stream;  // the CUDA stream every benchmark runs on
+std::size_t g_rotation_bytes = kMinRotationBytes;  // what the input sets of a benchmark hold together
+
+// The SM clock and the reasons it is held down, read through NVML, which the driver installs
+// (libnvidia-ml.so.1): loaded at run time so that the benchmark builds and runs without it.
+// The few entry points and constants used are NVML's stable C ABI.
+class ClockMonitor {
+ public:
+  struct Sample {
+    unsigned mhz = 0;
+    bool throttled = false;  ///< a power or thermal limit held the clock down
+  };
+
+  /// Attach to the NVML device of the CUDA device `device`; available() says whether it worked.
+  explicit ClockMonitor(int device) {
+    lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) {
+      why_ = "libnvidia-ml.so.1 not found";
+      return;
+    }
+    auto init = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlInit_v2"));
+    auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib_, "nvmlDeviceGetClockInfo"));
+    max_clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib_, "nvmlDeviceGetMaxClockInfo"));
+    reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(
+        dlsym(lib_, "nvmlDeviceGetCurrentClocksEventReasons"));
+    if (!reasons_)  // the name before NVML 12.2
+      reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(
+          dlsym(lib_, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+    char bus[32] = {};
+    if (!init || !by_bus || !clock_ || !reasons_) {
+      why_ = "an NVML entry point is missing";
+    } else if (init() != 0) {
+      why_ = "nvmlInit failed";
+    } else if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess || by_bus(bus, &device_) != 0) {
+      why_ = "no NVML device at the CUDA device's PCI bus id";
+    }
+  }
+  ClockMonitor(const ClockMonitor&) = delete;
+  ClockMonitor& operator=(const ClockMonitor&) = delete;
+
+  bool available() const { return device_ != nullptr; }
+  const std::string& why_not() const { return why_; }
+
+  /// The clock now; zero when unavailable.
+  Sample sample() const {
+    Sample s;
+    unsigned long long reasons = 0;
+    if (!available() || clock_(device_, kClockSm, &s.mhz) != 0 || reasons_(device_, &reasons) != 0) return {};
+    s.throttled = (reasons & kLimitReasons) != 0;
+    return s;
+  }
+  /// The largest SM clock the device allows; zero when unavailable.
+  unsigned max_mhz() const {
+    unsigned mhz = 0;
+    return available() && max_clock_ && max_clock_(device_, kClockSm, &mhz) == 0 ? mhz : 0;
+  }
+
+ private:
+  static constexpr int kClockSm = 1;  // NVML_CLOCK_SM
+  // Software power cap, hardware slowdown, software and hardware thermal slowdown, power
+  // brake: the reasons that mean the GPU ran slower than it could (idle, application clocks
+  // and sync boost do not).
+  static constexpr unsigned long long kLimitReasons = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+  void* lib_ = nullptr;
+  void* device_ = nullptr;
+  std::string why_;
+  int (*clock_)(void*, int, unsigned*) = nullptr;
+  int (*max_clock_)(void*, int, unsigned*) = nullptr;
+  int (*reasons_)(void*, unsigned long long*) = nullptr;
+};
+std::unique_ptr<ClockMonitor> g_clocks;
+
+// The clock over a benchmark's measurements.
+struct ClockTally {
+  double mhz_sum = 0;
+  unsigned min_mhz = 0;
+  int samples = 0, throttled = 0;
+  void add(const ClockMonitor::Sample& s) {
+    if (s.mhz == 0) return;
+    mhz_sum += s.mhz;
+    min_mhz = samples == 0 ? s.mhz : std::min(min_mhz, s.mhz);
+    ++samples;
+    throttled += s.throttled;
+  }
+  void set_counters(benchmark::State& state) const {
+    if (samples == 0) return;
+    state.counters["sm_clock_MHz"] = mhz_sum / samples;
+    state.counters["sm_clock_min_MHz"] = min_mhz;
+    state.counters["throttled"] = static_cast<double>(throttled) / samples;
+  }
+};
 
 cudaStream_t native(Stream& stream) { return static_cast<cudaStream_t>(stream.native_handle()); }
 
@@ -136,9 +232,9 @@ double copy_bandwidth() {
   return bandwidth;
 }
 
-// Input sets to rotate among so that together they hold >= 256 MiB.
+// Input sets to rotate among so that together they hold g_rotation_bytes.
 int rotation_sets(std::int64_t bytes) {
-  const auto total = static_cast<std::int64_t>(kRotationBytes);
+  const auto total = static_cast<std::int64_t>(g_rotation_bytes);
   return static_cast<int>(std::max<std::int64_t>(1, (total + bytes - 1) / bytes));
 }
 
@@ -329,20 +425,23 @@ void run_op(benchmark::State& state, BenchOp op, Shape shape) {
     Fixture& f = fixture_for(op, shape);
     Stream& stream = *g_stream;
     EventTimer timer;
+    ClockTally clocks;
     double seconds = 0;
     for (auto _ : state) {
       const double per_call = timer.seconds(native(stream), [&] { f.enqueue_measurement(stream); }) / f.reps;
       state.SetIterationTime(per_call);
       seconds += per_call;
+      clocks.add(g_clocks->sample());
     }
     set_counters(state, minimum_bytes(op, shape), seconds);
+    clocks.set_counters(state);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
 }
 
 // A device-to-device copy moving the same bytes as `op` (half read, half written), rotating
-// among sets that together hold >= 256 MiB.
+// among sets that together hold g_rotation_bytes.
 void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
   try {
     const std::int64_t bytes = minimum_bytes(op, shape);
@@ -364,13 +463,16 @@ void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
     measurement();  // warm-up
     stream.synchronize();
     EventTimer timer;
+    ClockTally clocks;
     double seconds = 0;
     for (auto _ : state) {
       const double per_call = timer.seconds(cs, measurement) / reps;
       state.SetIterationTime(per_call);
       seconds += per_call;
+      clocks.add(g_clocks->sample());
     }
     set_counters(state, bytes, seconds);
+    clocks.set_counters(state);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -435,6 +537,18 @@ int main(int argc, char** argv) {
     check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     benchmark::AddCustomContext("cuda_device", prop.name);
     benchmark::AddCustomContext("cuda_l2_bytes", std::to_string(prop.l2CacheSize));
+    g_rotation_bytes = std::max(kMinRotationBytes, 2 * static_cast<std::size_t>(prop.l2CacheSize));
+    benchmark::AddCustomContext(
+        "cuda_cache_policy",
+        "inputs rotate over " + std::to_string(g_rotation_bytes >> 20) + " MiB (" +
+            std::to_string(static_cast<double>(g_rotation_bytes) / std::max(1, prop.l2CacheSize)) +
+            " x the L2): no call is timed out of cache");
+    g_clocks = std::make_unique<ClockMonitor>(device);
+    if (g_clocks->available())
+      benchmark::AddCustomContext("sm_clock_max_MHz", std::to_string(g_clocks->max_mhz()));
+    benchmark::AddCustomContext("clock_monitor", g_clocks->available()
+                                                     ? "NVML: sm_clock_MHz, sm_clock_min_MHz, throttled per benchmark"
+                                                     : "none: " + g_clocks->why_not());
     benchmark::AddCustomContext("cuda_timing", g_graph ? "events, graph replay" : "events, stream launches");
     benchmark::AddCustomContext("copy_GBps", std::to_string(copy_bandwidth() * 1e-9));
   } catch (const std::exception& e) {
