@@ -1,6 +1,9 @@
 // Google Benchmark of every op on every host-memory backend (reference, host) at realistic
 // shapes, with the minimum traffic of each op, GB/s, and the fraction of the copy bandwidth
 // measured in the same run. `--full` runs the full set (T 1K..16K); the default is a smoke set.
+// The JSON's context names the machine (host, CPU model, cores, copy bandwidth), so that a
+// stored baseline gates only the machine it was recorded on. `--compare A B` times two
+// backends interleaved in this process and applies the benchmark gate (reports/compare.h).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -9,6 +12,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <new>
@@ -19,6 +25,9 @@
 
 #include "backends/case_run.h"
 #include "backends/device_backend.h"
+#include "compare.h"
+#include "io/junit.h"
+#include "mlarope/error.h"
 #include "mlarope/host_convert.h"
 #include "shapes.h"
 
@@ -206,15 +215,39 @@ int rotation_sets(std::int64_t bytes) {
   return static_cast<int>(std::max<std::int64_t>(1, (kBeyondCache + bytes - 1) / bytes));
 }
 
-// The input sets of a shape, kept while consecutive benchmarks use the same shape (Google
-// Benchmark calls a benchmark function several times, and the ops of a shape run in a row).
+// The input sets of a shape, kept for the benchmarks that follow (Google Benchmark calls a
+// benchmark function several times, and with random interleaving the shapes alternate): the
+// most recently used shapes stay while they hold at most kFixtureBudget bytes together.
 std::vector<std::unique_ptr<Fixture>>& fixtures_for(const Shape& shape, int sets) {
-  static std::string key;
-  static std::vector<std::unique_ptr<Fixture>> fixtures;
+  constexpr std::size_t kFixtureBudget = std::size_t{3} << 30;
+  struct Entry {
+    std::vector<std::unique_ptr<Fixture>> fixtures;
+    std::size_t bytes = 0;
+    std::uint64_t used = 0;
+  };
+  static std::map<std::string, Entry> cache;
+  static std::uint64_t clock = 0;
   const std::string wanted = shape_label(shape);
-  if (key != wanted) fixtures.clear(), key = wanted;  // free the previous shape's memory first
-  while (static_cast<int>(fixtures.size()) < sets) fixtures.push_back(std::make_unique<Fixture>(shape));
-  return fixtures;
+  Entry& entry = cache[wanted];
+  entry.used = ++clock;
+  for (;;) {  // free the least recently used other shapes first, so the new sets fit
+    std::size_t total = 0;
+    for (const auto& [_, e] : cache) total += e.bytes;
+    const std::size_t per_set = entry.fixtures.empty() ? 0 : entry.bytes / entry.fixtures.size();
+    if (total + per_set * (sets - std::min<std::size_t>(sets, entry.fixtures.size())) <= kFixtureBudget ||
+        cache.size() == 1)
+      break;
+    auto oldest = cache.end();
+    for (auto it = cache.begin(); it != cache.end(); ++it)
+      if (it->first != wanted && (oldest == cache.end() || it->second.used < oldest->second.used)) oldest = it;
+    cache.erase(oldest);
+  }
+  while (static_cast<int>(entry.fixtures.size()) < sets) {
+    entry.fixtures.push_back(std::make_unique<Fixture>(shape));
+    const Fixture& f = *entry.fixtures.back();
+    entry.bytes += f.a.size() + f.b.size() + f.k_pe.size() + f.out2.size() + 2 * f.cos.size() * sizeof(float);
+  }
+  return entry.fixtures;
 }
 
 // The host backend's GPU model on `op` at `shape` cut to 16 tokens (the per-row access pattern
@@ -347,43 +380,180 @@ std::string label_name(std::string name) {
   return name;
 }
 
+// The CPU's model name (/proc/cpuinfo), or "" where the file does not say.
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const std::size_t colon = line.find(':');
+      if (colon == std::string::npos) break;
+      const std::size_t start = line.find_first_not_of(' ', colon + 1);
+      return start == std::string::npos ? "" : line.substr(start);
+    }
+  return "";
+}
+
+const std::vector<BenchOp> kOps = {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward, BenchOp::kv_split,
+                                   BenchOp::kv_split_backward};
+
+// The floor fraction of every repetition of each benchmark, keyed by its name without the
+// "/real_time" suffix, while the console shows the runs as usual.
+class SampleCollector : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs)
+      if (run.run_type == Run::RT_Iteration && !run.error_occurred) {
+        const auto it = run.counters.find("floor_fraction");
+        if (it == run.counters.end()) continue;
+        std::string name = run.benchmark_name();
+        const std::string suffix = "/real_time";
+        if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+          name.resize(name.size() - suffix.size());
+        samples[name].push_back(it->second.value);
+      }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  std::map<std::string, std::vector<double>> samples;
+};
+
+// `--compare A B`: A (the base) and B (the change) registered as "op/base/shape" and
+// "op/change/shape", run with repetitions in random interleaving; the keys "op/compare/shape"
+// compared; the SLOWER ones measured once more (a second look must repeat them). Returns the
+// gate's exit status.
+int run_compare(const harness::Backend& a, const harness::Backend& b, bool full, const std::string& out_dir) {
+  for (const Shape& shape : bench_shapes(full))
+    for (const harness::Backend* backend : {&a, &b})
+      for (BenchOp op : kOps) {
+        const std::string label = to_string(op) + "/" + (backend == &a ? "base" : "change") + "/" + shape_label(shape);
+        benchmark::RegisterBenchmark(label.c_str(), run_op, op, shape, *backend)
+            ->Unit(benchmark::kMillisecond)->UseRealTime();
+      }
+  const auto measure = [&](const std::string& filter) {  // "": the command line's filter
+    SampleCollector collector;
+    if (filter.empty()) benchmark::RunSpecifiedBenchmarks(&collector);
+    else benchmark::RunSpecifiedBenchmarks(&collector, filter);
+    reports::Samples base, change;
+    for (auto& [name, values] : collector.samples) {
+      const std::size_t first = name.find('/'), second = name.find('/', first + 1);
+      const std::string side = name.substr(first + 1, second - first - 1);
+      const std::string key = name.substr(0, first) + "/compare" + name.substr(second);
+      (side == "base" ? base : change)[key] = values;
+    }
+    return reports::compare(base, change, reports::CompareOptions{});
+  };
+  reports::Comparison result = measure("");
+  if (!result.slower_keys().empty()) {
+    std::string filter;  // the SLOWER keys' two sides, nothing else
+    for (const std::string& key : result.slower_keys()) {
+      const std::size_t first = key.find('/'), second = key.find('/', first + 1);
+      filter += std::string(filter.empty() ? "" : "|") + "^" + key.substr(0, first) + "/(base|change)" +
+                key.substr(second) + "/";
+    }
+    std::cout << "\nmlarope_bench: " << result.slower_keys().size() << " keys SLOWER; measuring them once more\n";
+    result = reports::confirm(result, measure(filter));
+  }
+  const std::string md = "# mlarope_bench --compare " + a.name + " " + b.name + "\n\nbase = " + a.name +
+                         ", change = " + b.name + "\n\n" + reports::comparison_markdown(result);
+  std::cout << "\n" << md;
+  if (!out_dir.empty()) {
+    std::filesystem::create_directories(out_dir);
+    std::ofstream(std::filesystem::path(out_dir) / "compare.json") << reports::to_json(result).dump(1) << "\n";
+    std::ofstream(std::filesystem::path(out_dir) / "summary.md") << md;
+    harness::write_junit((std::filesystem::path(out_dir) / "junit.xml").string(),
+                         {reports::junit_suite(result, "mlarope_bench --compare " + a.name + " " + b.name)});
+  }
+  reports::GateResult gate;
+  gate.comparison = result;
+  return gate.exit_status();
+}
+
+// A backend by name: "host" is the fast mode (the GPU model is for the checks), "reference",
+// or "plugin:PATH.so"; throws mlarope::Error for other names.
+harness::Backend bench_backend(const std::string& name) {
+  if (name == "host") {
+    harness::Backend fast = harness::host_backend(0, harness::HostMode::fast);
+    fast.name = "host";
+    return fast;
+  }
+  if (name == "cuda") throw Error("cuda: time the CUDA backend with cuda_bench");
+  harness::Backend backend = harness::find_backend(name);
+  backend.name = label_name(backend.name);
+  return backend;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool full = take_flag(argc, argv, "--full");
   const std::string plugin = take_value(argc, argv, "--backend");
+  const std::string compare_out = take_value(argc, argv, "--compare-out");
+  std::vector<std::string> compare;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--compare") {
+      if (i + 2 >= argc) {
+        std::fprintf(stderr, "mlarope_bench: --compare takes two backends: --compare BASE CHANGE\n");
+        return 2;
+      }
+      compare = {argv[i + 1], argv[i + 2]};
+      std::copy(argv + i + 3, argv + argc, argv + i);
+      argc -= 3;
+      break;
+    }
   if (take_flag(argc, argv, "--help-mlarope")) {
-    std::printf("mlarope_bench [--full] [--backend=plugin:PATH.so] [Google Benchmark flags]\n"
-                "  default: smoke set (T=1K); --full: T 1K..16K, both models, both layouts\n"
-                "  --backend=plugin:PATH.so: also time a kernel plugin (include/mlarope/plugin.h)\n");
+    std::printf(
+        "mlarope_bench [--full] [--backend=plugin:PATH.so] [Google Benchmark flags]\n"
+        "  default: smoke set (T=1K); --full: T 1K..16K, both models, both layouts\n"
+        "  --backend=plugin:PATH.so: also time a kernel plugin (include/mlarope/plugin.h)\n"
+        "mlarope_bench --compare BASE CHANGE [--compare-out=DIR] [--full] [Google Benchmark flags]\n"
+        "  time two backends (host, reference, plugin:PATH.so) interleaved, 9 repetitions each in\n"
+        "  random order (unless the flags say otherwise), and gate CHANGE against BASE key by key:\n"
+        "  exit status 1 when a key is SLOWER twice (p < 0.002 after Holm and a drop beyond 10%%),\n"
+        "  3 when a key is UNKNOWN; --compare-out writes compare.json, summary.md and junit.xml\n");
     return 0;
+  }
+  copy_bandwidth();  // measured before the context is written, which names it
+  benchmark::AddCustomContext("cpu_model", cpu_model());
+  benchmark::AddCustomContext("copy_GBps", std::to_string(copy_bandwidth() * 1e-9));
+  if (!compare.empty()) {
+    try {
+      const harness::Backend a = bench_backend(compare[0]), b = bench_backend(compare[1]);
+      benchmark::AddCustomContext("compare_base", a.name);
+      benchmark::AddCustomContext("compare_change", b.name);
+      // Nine repetitions in random order unless the command line sets them: Initialize reads
+      // argv, so the defaults go in front of what the user gave.
+      std::vector<char*> args(argv, argv + argc);
+      static char reps[] = "--benchmark_repetitions=9", interleave[] = "--benchmark_enable_random_interleaving=true",
+                  min_time[] = "--benchmark_min_time=0.05";
+      args.insert(args.begin() + 1, {reps, interleave, min_time});
+      int count = static_cast<int>(args.size());
+      benchmark::Initialize(&count, args.data());
+      if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 2;
+      const int status = run_compare(a, b, full, compare_out);
+      benchmark::Shutdown();
+      return status;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mlarope_bench: error: %s\n", e.what());
+      return 2;
+    }
   }
   std::vector<harness::Backend> backends;
   for (const std::string& name : harness::backend_names())
-    if (name == "host") {  // the fast mode (the GPU model is for the checks), labelled "host"
-      harness::Backend fast = harness::host_backend(0, harness::HostMode::fast);
-      fast.name = "host";
-      backends.push_back(fast);
-    } else if (name != "cuda") {  // CUDA: cuda_bench
-      backends.push_back(harness::find_backend(name));
-    }
+    if (name != "cuda") backends.push_back(bench_backend(name));  // CUDA: cuda_bench
   if (!plugin.empty()) {
     if (plugin.rfind("plugin:", 0) != 0) {
       std::fprintf(stderr, "mlarope_bench: --backend takes plugin:PATH.so (the built-in backends always run)\n");
       return 2;
     }
     try {
-      backends.push_back(harness::find_backend(plugin));
+      backends.push_back(bench_backend(plugin));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mlarope_bench: error: %s\n", e.what());
       return 2;
     }
-    backends.back().name = label_name(backends.back().name);
   }
   for (const Shape& shape : bench_shapes(full))  // shape outermost: its buffers are made once
     for (const harness::Backend& backend : backends)
-      for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward,
-                         BenchOp::kv_split, BenchOp::kv_split_backward}) {
+      for (BenchOp op : kOps) {
         const std::string label = to_string(op) + "/" + backend.name + "/" + shape_label(shape);
         benchmark::RegisterBenchmark(label.c_str(), run_op, op, shape, backend)
             ->Unit(benchmark::kMillisecond)->UseRealTime();

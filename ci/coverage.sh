@@ -11,6 +11,8 @@
 #   bash ci/coverage.sh [BUILD_DIR [OUT_DIR]]            build, run, report and compare
 #   bash ci/coverage.sh BUILD_DIR OUT_DIR --record       ... and write the baseline instead
 #   COVERAGE_REPORT_ONLY=1 bash ci/coverage.sh ...       only the report of the counts there
+#   CTEST_JUNIT=FILE bash ci/coverage.sh ...             CTest's JUnit report written there
+#                                                        (through ci/junit_for_ci.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-cov}
@@ -21,7 +23,13 @@ if [ "${COVERAGE_REPORT_ONLY:-0}" != 1 ]; then
   BUILD_DIR="$build" bash ci/build.sh -DMLAROPE_COVERAGE=ON -DMLAROPE_CUDA=OFF -DMLAROPE_BENCH=OFF
   find "$build" -name '*.gcda' -delete  # counts of this run only
   echo "coverage: at ${SECONDS} s, CTest in the coverage build"
-  MLAROPE_PROPERTY_SCALE=0.25 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+  status=0
+  MLAROPE_PROPERTY_SCALE=0.25 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" \
+    ${CTEST_JUNIT:+--output-junit "$CTEST_JUNIT.ctest.xml"} || status=$?
+  if [ -n "${CTEST_JUNIT:-}" ]; then
+    python3 ci/junit_for_ci.py "$CTEST_JUNIT.ctest.xml" "$CTEST_JUNIT" && rm -f "$CTEST_JUNIT.ctest.xml"
+  fi
+  [ "$status" = 0 ] || exit "$status"
   cases=${COVERAGE_FUZZ_CASES:-500}
   for backend in host host-fast; do
     echo "coverage: at ${SECONDS} s, fuzz slice: $cases cases on $backend, seed 4242"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Install the Debian packages mlarope builds with, if any is missing. Idempotent.
+# Install the Debian packages mlarope builds with, if any is missing, and fetch the JUnit schema
+# the output-format test validates against (once, into a cache). Idempotent.
 set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev librapidcheck-dev libgtest-dev libgmock-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev
           python3-dev python3-venv python3-pip python3-numpy python3-pytest pybind11-dev libdlpack-dev
-          python3-torch)
+          python3-torch python3-lxml python3-jsonschema)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,3 +18,4 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+bash "$(dirname "$0")/fetch-junit-schema.sh" >/dev/null

@@ -3,7 +3,12 @@
 # there); the Python package (pip install . and its tests); the tests again in an
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the host side, and a fuzz slice there;
 # the kernel and launch code's coverage against ci/coverage-baseline.json (ci/coverage.sh, its
-# own build); then a short fuzz, the benchmark smoke set and the report with the regression gate.
+# own build); then a short fuzz, the benchmark smoke set and the report. CTest writes a JUnit
+# report of each build (out/junit/*.xml), the fuzz runs and the report write theirs too.
+# Benchmarks gate only against a base measured in the same job: MLAROPE_BENCH_BASE=REF runs
+# ci/bench-compare.sh REF (the working tree against REF, interleaved, on this machine) and
+# fails on a key SLOWER twice; without it the benchmarks are reported, never failed on: a
+# stored baseline cannot gate another machine, and this command must pass a clean tree anywhere.
 # MLAROPE_SKIP_SANITIZE=1 skips the sanitizer build, MLAROPE_SKIP_COVERAGE=1 the coverage,
 # MLAROPE_SKIP_EXTRA=1 the fuzz/bench/report, MLAROPE_SKIP_PYTHON=1 the Python package.
 set -euo pipefail
@@ -12,7 +17,17 @@ SECONDS=0
 trap 'echo "test: finished after ${SECONDS} s"' EXIT
 bash ci/setup.sh
 bash ci/build.sh
-ctest --test-dir build --output-on-failure -j "$(nproc)"
+junit=$PWD/out/junit
+rm -rf "$junit" && mkdir -p "$junit"
+# CTest over BUILD_DIR, its JUnit report kept as out/junit/NAME.xml (made valid for the Jenkins
+# schema by ci/junit_for_ci.py) whether the tests pass or not.
+run_ctest() {  # run_ctest BUILD_DIR NAME
+  local status=0
+  ctest --test-dir "$1" --output-on-failure -j "$(nproc)" --output-junit "$junit/$2.ctest.xml" || status=$?
+  python3 ci/junit_for_ci.py "$junit/$2.ctest.xml" "$junit/$2.xml" && rm -f "$junit/$2.ctest.xml"
+  return "$status"
+}
+run_ctest build ctest-release
 if [ "${MLAROPE_SKIP_PYTHON:-0}" != 1 ]; then
   echo "test: the Python package (pip install ., pytest), at ${SECONDS} s"
   bash ci/python-test.sh
@@ -23,7 +38,7 @@ if [ "${MLAROPE_SKIP_SANITIZE:-0}" != 1 ]; then
     -DMLAROPE_CUDA=OFF -DMLAROPE_BENCH=OFF
   # The property tests at a quarter of their cases here: the Release run above has them all,
   # and under the sanitizers they take most of this step.
-  MLAROPE_PROPERTY_SCALE=0.25 ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
+  MLAROPE_PROPERTY_SCALE=0.25 run_ctest build-asan ctest-asan
   echo "test: at ${SECONDS} s, fuzz slice under ASan + UBSan (${ASAN_FUZZ_SECONDS:-30} s, the host backend's GPU model)"
   rm -rf out/asan-fuzz
   build-asan/mlarope fuzz --seconds "${ASAN_FUZZ_SECONDS:-30}" --backend host --jobs "$(nproc)" \
@@ -31,7 +46,7 @@ if [ "${MLAROPE_SKIP_SANITIZE:-0}" != 1 ]; then
 fi
 if [ "${MLAROPE_SKIP_COVERAGE:-0}" != 1 ]; then
   echo "test: at ${SECONDS} s, coverage of the kernel and launch code (ci/coverage.sh)"
-  bash ci/coverage.sh build-cov out/coverage
+  CTEST_JUNIT="$junit/ctest-coverage.xml" bash ci/coverage.sh build-cov out/coverage
 fi
 if [ "${MLAROPE_SKIP_EXTRA:-0}" != 1 ]; then
   echo "test: at ${SECONDS} s, the extras"
@@ -39,6 +54,11 @@ if [ "${MLAROPE_SKIP_EXTRA:-0}" != 1 ]; then
   # whole job keeps near its 20-minute budget.
   FUZZ_SECONDS=${FUZZ_SECONDS:-30} bash ci/ci-extra.sh build out/ci
 fi
+if [ -n "${MLAROPE_BENCH_BASE:-}" ]; then
+  echo "test: at ${SECONDS} s, the benchmark gate against $MLAROPE_BENCH_BASE (ci/bench-compare.sh)"
+  bash ci/bench-compare.sh "$MLAROPE_BENCH_BASE" out/bench-compare
+fi
+echo "test: JUnit reports:" $(cd out && ls junit/*.xml asan-fuzz/junit.xml ci/fuzz/junit.xml ci/report/junit.xml 2>/dev/null)
 if [ "${MLAROPE_SKIP_COVERAGE:-0}" != 1 ]; then  # the coverage summary again, at the end of the log
   echo "test: coverage of the kernel and launch code (lines, branches; out/coverage/coverage.txt):"
   sed -n '/^  total/p; /^exclusions/,$p' out/coverage/coverage.txt

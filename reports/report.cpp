@@ -7,6 +7,9 @@
 #include <set>
 #include <sstream>
 
+#include "compare.h"
+#include "dashboard.h"
+#include "history.h"
 #include "mlarope/error.h"
 #include "svg.h"
 
@@ -26,18 +29,30 @@ double number_or(const json& j, const char* key, double fallback) {
   return j.contains(key) && j.at(key).is_number() ? j.at(key).get<double>() : fallback;
 }
 
-std::string fixed(double x, int digits) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-  return buf;
-}
-
 // Results grouped as op -> shape -> backend -> result, in a stable order.
 using Grouped = std::map<std::string, std::map<std::string, std::map<std::string, BenchResult>>>;
 
+// One result per key: the median time, GB/s and floor fraction of its repetitions (the
+// model's figures are the same in every repetition).
+std::vector<BenchResult> medians(const std::vector<BenchResult>& results) {
+  const std::map<std::string, KeySummary> summaries = summarize(results);
+  std::vector<BenchResult> out;
+  std::set<std::string> seen;
+  for (const BenchResult& r : results) {
+    if (!seen.insert(r.key()).second) continue;
+    BenchResult m = r;
+    const KeySummary& s = summaries.at(r.key());
+    m.time_ms = s.time_ms;
+    m.gbps = s.gbps;
+    m.floor_fraction = s.floor_fraction;
+    out.push_back(m);
+  }
+  return out;
+}
+
 Grouped group(const std::vector<BenchResult>& results) {
   Grouped g;
-  for (const BenchResult& r : results) g[r.op][r.shape][r.backend] = r;
+  for (const BenchResult& r : medians(results)) g[r.op][r.shape][r.backend] = r;
   return g;
 }
 
@@ -245,6 +260,7 @@ std::vector<BenchResult> parse_benchmarks(const json& j, const std::string& wher
   std::vector<BenchResult> results;
   for (const json& b : j["benchmarks"]) {
     if (b.value("run_type", "iteration") != "iteration" || !b.contains("name")) continue;
+    if (b.value("error_occurred", false)) continue;  // skipped with an error: nothing was timed
     std::vector<std::string> parts;
     std::stringstream name(b["name"].get<std::string>());
     for (std::string part; std::getline(name, part, '/');) parts.push_back(part);
@@ -265,39 +281,41 @@ std::vector<BenchResult> parse_benchmarks(const json& j, const std::string& wher
   return results;
 }
 
-GateResult check_baseline(const std::vector<BenchResult>& results, const json& baseline) {
-  GateResult gate;
-  gate.threshold = number_or(baseline, "threshold", 0.25);
-  if (!baseline.contains("floor_fraction") || !baseline["floor_fraction"].is_object())
-    throw Error("baseline: no 'floor_fraction' object of key -> fraction");
-  std::map<std::string, double> now;  // best of the repetitions of each benchmark
-  for (const BenchResult& r : results) now[r.key()] = std::max(now[r.key()], r.floor_fraction);
-  for (const auto& [key, value] : baseline["floor_fraction"].items()) {
-    const auto it = now.find(key);
-    if (it == now.end()) {
-      gate.missing.push_back(key);
-      continue;
-    }
-    ++gate.compared;
-    const double base = value.get<double>();
-    if (it->second < base * (1 - gate.threshold))
-      gate.regressions.push_back(key + ": floor fraction " + fixed(it->second, 3) + ", baseline " +
-                                 fixed(base, 3) + " (-" + fixed(100 * (1 - it->second / base), 0) + "%)");
-  }
-  return gate;
+// The gate's section: what was compared, its verdict, the table of keys.
+static std::string gate_markdown(const GateResult& gate) {
+  std::ostringstream md;
+  md << "## Gate: " << gate.title << "\n\n";
+  if (!gate.applied) return md.str() + gate.note + "\n\n";
+  const Verdict v = gate.comparison.overall();
+  md << (v == Verdict::same ? "**pass**" : v == Verdict::slower ? "**FAIL** (SLOWER)" : "**UNDECIDED** (UNKNOWN)")
+     << "\n\n" << comparison_markdown(gate.comparison);
+  if (!gate.note.empty()) md << "\n" << gate.note << "\n";
+  return md.str() + "\n";
 }
 
-json make_baseline(const std::vector<BenchResult>& results, const std::string& backend,
-                   double threshold) {
-  json b;
-  b["threshold"] = threshold;
-  b["floor_fraction"] = json::object();
-  for (const BenchResult& r : results)
-    if (backend.empty() || r.backend == backend) {
-      json& entry = b["floor_fraction"][r.key()];
-      entry = entry.is_number() ? std::max(entry.get<double>(), r.floor_fraction) : r.floor_fraction;
-    }
-  return b;
+static std::string gate_html(const GateResult& gate) {
+  std::ostringstream h;
+  h << "<h2>Gate: " << escape(gate.title) << "</h2>";
+  if (!gate.applied) return h.str() + "<p>" + escape(gate.note) + "</p>\n";
+  const Verdict v = gate.comparison.overall();
+  h << "<p class='" << (v == Verdict::same ? "pass" : "fail") << "'>"
+    << (v == Verdict::same ? "pass" : v == Verdict::slower ? "FAIL (SLOWER)" : "UNDECIDED (UNKNOWN)") << "</p>"
+    << "<table><tr><th>key</th><th>base median</th><th>change median</th><th>change</th><th>interval</th>"
+       "<th>p slower</th><th>verdict</th></tr>\n";
+  for (const KeyComparison& k : gate.comparison.keys) {
+    const bool bad = k.verdict == Verdict::slower || k.verdict == Verdict::unknown;
+    h << "<tr><td>" << escape(k.key) << "</td><td>" << (k.base.empty() ? "" : fixed(k.base_median, 4)) << "</td><td>"
+      << (k.change.empty() ? "" : fixed(k.change_median, 4)) << "</td><td>"
+      << (k.tested ? fixed(100 * k.change_estimate.estimate, 1) + "%" : "") << "</td><td>"
+      << (k.tested ? "[" + fixed(100 * k.change_estimate.lower, 1) + "%, " + fixed(100 * k.change_estimate.upper, 1) + "%]"
+                   : "")
+      << "</td><td>" << (k.tested ? escape(std::to_string(k.p_slower)) : "") << "</td><td"
+      << (bad ? " class='fail'" : "") << ">" << to_string(k.verdict) << (k.confirmed ? " (repeated)" : "")
+      << (k.reason.empty() ? "" : ": " + escape(k.reason)) << "</td></tr>\n";
+  }
+  h << "</table>";
+  if (!gate.note.empty()) h << "<p>" << escape(gate.note) << "</p>";
+  return h.str() + "\n";
 }
 
 // One result per (op, shape) that carries the GPU model's figures, in op and shape order.
@@ -312,7 +330,7 @@ static std::vector<const BenchResult*> model_rows(const std::vector<BenchResult>
 
 std::string markdown_summary(const std::vector<BenchResult>& bench,
                              const std::vector<FuzzReport>& fuzz, const GateResult* gate,
-                             const std::vector<KernelResource>& kernels) {
+                             const std::vector<KernelResource>& kernels, const History* history) {
   std::ostringstream md;
   md << "# mlarope report\n\n";
   if (!fuzz.empty()) {
@@ -355,20 +373,15 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
          << fixed(r->model_dram_fraction, 2) << " |\n";
     md << "\n";
   }
-  if (gate) {
-    md << "## Regression gate\n\n" << gate->compared << " results compared with the baseline; a drop of "
-       << "the floor fraction by more than " << fixed(100 * gate->threshold, 0) << "% fails. ";
-    md << (gate->ok() ? "**pass**" : "**FAIL**") << "\n";
-    for (const std::string& r : gate->regressions) md << "- " << r << "\n";
-    if (!gate->missing.empty()) md << "- not measured in this run: " << gate->missing.size() << " baseline entries\n";
-    md << "\n";
-  }
+  if (gate) md << gate_markdown(*gate);
+  if (history) md << history_markdown(*history);
   md << kernel_resources_markdown(kernels);
   return md.str();
 }
 
 std::string html_page(const std::vector<BenchResult>& bench, const std::vector<FuzzReport>& fuzz,
-                      const GateResult* gate, const std::vector<KernelResource>& kernels) {
+                      const GateResult* gate, const std::vector<KernelResource>& kernels,
+                      const History* history) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>mlarope report</title>\n"
        "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;"
@@ -376,14 +389,7 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
        "td:first-child,th:first-child{text-align:left}.fail{color:#b00;font-weight:bold}"
        ".pass{color:#070;font-weight:bold}code{background:#f5f5f5;padding:1px 4px}</style>\n"
        "</head><body>\n<h1>mlarope report</h1>\n";
-  if (gate) {
-    h << "<h2>Regression gate</h2><p class='" << (gate->ok() ? "pass" : "fail") << "'>"
-      << (gate->ok() ? "pass" : "FAIL") << "</p><p>" << gate->compared
-      << " results compared with the baseline; a drop of the floor fraction by more than "
-      << fixed(100 * gate->threshold, 0) << "% fails.</p><ul>";
-    for (const std::string& r : gate->regressions) h << "<li>" << escape(r) << "</li>";
-    h << "</ul>\n";
-  }
+  if (gate) h << gate_html(*gate);
   for (const FuzzReport& f : fuzz) {
     h << "<h2>Fuzz</h2><p>" << escape(fuzz_headline(f)) << "</p>\n";
     const auto support = fuzz_support(f.json);
@@ -447,7 +453,7 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
     }
     h << "<table><tr><th>op</th><th>backend</th><th>shape</th><th>time (ms)</th><th>GB/s</th>"
          "<th>fraction of floor</th></tr>\n";
-    for (const BenchResult& r : bench)
+    for (const BenchResult& r : medians(bench))
       h << "<tr><td>" << escape(r.op) << "</td><td>" << escape(r.backend) << "</td><td>" << escape(r.shape)
         << "</td><td>" << fixed(r.time_ms, 3) << "</td><td>" << fixed(r.gbps, 1) << "</td><td>"
         << fixed(r.floor_fraction, 3) << "</td></tr>\n";
@@ -468,6 +474,7 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
     h << "</table>\n";
   }
   h << kernel_resources_html(kernels);
+  if (history) h << history_html(*history);
   h << "</body></html>\n";
   return h.str();
 }

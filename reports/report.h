@@ -1,5 +1,5 @@
-// Turning benchmark and fuzz results (JSON) into a self-contained HTML page, a Markdown
-// summary, and a regression gate against a baseline of floor fractions.
+// Turning benchmark and fuzz results (JSON) into a self-contained HTML page and a Markdown
+// summary, with the gate's verdicts (compare.h) and the history (history.h) when given.
 #pragma once
 
 #include <map>
@@ -26,7 +26,8 @@ struct BenchResult {
   std::string key() const { return op + "/" + backend + "/" + shape; }
 };
 
-/// Results of Google Benchmark JSON output (`--benchmark_out_format=json`) of mlarope_bench.
+/// Results of Google Benchmark JSON output (`--benchmark_out_format=json`) of mlarope_bench:
+/// one per repetition (aggregates and benchmarks that ended in an error are left out).
 /// Copies ("op/copy/...") are kept with backend "copy". Throws mlarope::Error on bad input.
 std::vector<BenchResult> parse_benchmarks(const nlohmann::json& json, const std::string& where);
 
@@ -36,28 +37,17 @@ struct FuzzReport {
   nlohmann::json json;
 };
 
-/// What the regression gate found.
-struct GateResult {
-  double threshold = 0;  ///< allowed relative drop of the floor fraction, e.g. 0.25
-  int compared = 0;
-  std::vector<std::string> regressions;  ///< one line each: key, baseline, now, drop
-  std::vector<std::string> missing;      ///< baseline keys with no result in this run
-  bool ok() const { return regressions.empty(); }
-};
+struct GateResult;  // compare.h
+struct History;     // history.h
 
-/// Compare floor fractions with a baseline ({"threshold": x, "floor_fraction": {key: f}});
-/// of repeated results of one benchmark the best counts.
-GateResult check_baseline(const std::vector<BenchResult>& results, const nlohmann::json& baseline);
-/// A baseline of the results of one backend (all backends when empty), best of repetitions.
-nlohmann::json make_baseline(const std::vector<BenchResult>& results, const std::string& backend,
-                             double threshold);
-
-/// The Markdown summary.
+/// The Markdown summary (`gate` and `history` may be null).
 std::string markdown_summary(const std::vector<BenchResult>& bench,
                              const std::vector<FuzzReport>& fuzz, const GateResult* gate,
-                             const std::vector<KernelResource>& kernels = {});
+                             const std::vector<KernelResource>& kernels = {},
+                             const History* history = nullptr);
 /// The self-contained HTML page (inline SVG, no network).
 std::string html_page(const std::vector<BenchResult>& bench, const std::vector<FuzzReport>& fuzz,
-                      const GateResult* gate, const std::vector<KernelResource>& kernels = {});
+                      const GateResult* gate, const std::vector<KernelResource>& kernels = {},
+                      const History* history = nullptr);
 
 }  // namespace mlarope::reports

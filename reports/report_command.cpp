@@ -3,16 +3,21 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
-#include "mlarope/error.h"
+#include "baseline.h"
+#include "dashboard.h"
 #include "fuzz/fuzz.h"
+#include "history.h"
+#include "io/junit.h"
 #include "kernel_resources.h"
+#include "mlarope/error.h"
 #include "report.h"
 
 namespace mlarope::reports {
@@ -140,12 +145,72 @@ void write_file(const fs::path& path, const std::string& text) {
   if (!out) throw Error(path.string() + ": cannot write");
 }
 
+// The Google Benchmark results of `files`, and the machine of the first one.
+std::vector<BenchResult> read_benchmarks(const std::vector<std::string>& files, Machine* machine) {
+  std::vector<BenchResult> results;
+  for (const std::string& path : files) {
+    const json j = read_json(path);
+    const auto found = parse_benchmarks(j, path);
+    if (found.empty()) throw Error(path + ": no repetitions (only aggregates, or every benchmark failed)");
+    if (machine && results.empty()) *machine = machine_of(j);
+    results.insert(results.end(), found.begin(), found.end());
+  }
+  return results;
+}
+
+// The fuzz reports as JUnit suites (a case per check), and the gate's (a case per key).
+std::vector<harness::JunitSuite> junit_suites(const std::vector<FuzzReport>& fuzz, const GateResult* gate) {
+  std::vector<harness::JunitSuite> suites;
+  for (const FuzzReport& f : fuzz) {
+    harness::FuzzOptions o;
+    o.backend = f.json.value("backend", std::string("unknown"));
+    o.seed = f.json.value("seed", 0ULL);
+    o.size = f.json.value("size", 100);
+    o.out = fs::path(f.where).parent_path();
+    suites.push_back(harness::junit_suite(harness::stats_from_json(f.json), o));
+  }
+  if (gate && gate->applied) suites.push_back(junit_suite(gate->comparison, "mlarope gate: " + gate->title));
+  return suites;
+}
+
+// Appends `markdown` to the file $GITHUB_STEP_SUMMARY names (GitHub Actions shows it on the
+// run's page), when it is set.
+void append_step_summary(const std::string& markdown) {
+  const char* path = std::getenv("GITHUB_STEP_SUMMARY");
+  if (!path || !*path) return;
+  std::ofstream out(path, std::ios::app);
+  out << markdown << "\n";
+  if (!out) throw Error(std::string("$GITHUB_STEP_SUMMARY ") + path + ": cannot append");
+}
+
 }  // namespace
 
+CompareOptions GateOptions::compare_options() const {
+  CompareOptions c;
+  c.alpha = alpha;
+  c.host_min_effect = host_min_effect;
+  c.gpu_min_effect = gpu_min_effect;
+  c.min_samples = min_samples;
+  if (!(alpha > 0 && alpha < 1)) throw Error("--alpha " + std::to_string(alpha) + ": expected 0 < alpha < 1");
+  if (min_samples < 2) throw Error("--min-samples " + std::to_string(min_samples) + ": expected at least 2");
+  for (const std::string& item : key_min_effect) {
+    const std::size_t eq = item.rfind('=');
+    char* end = nullptr;
+    const double value = eq == std::string::npos ? 0 : std::strtod(item.c_str() + eq + 1, &end);
+    if (eq == std::string::npos || eq == 0 || end == item.c_str() + eq + 1 || *end != '\0' || !(value >= 0))
+      throw Error("--key-min-effect " + item + ": expected KEY=FRACTION (a key or key prefix, a fraction >= 0)");
+    c.key_min_effect[item.substr(0, eq)] = value;
+  }
+  return c;
+}
+
 int report_command(const ReportOptions& o) {
+  const CompareOptions compare_options = o.gate.compare_options();
   std::vector<BenchResult> bench;
   std::vector<FuzzReport> fuzz;
   std::vector<KernelResource> kernels;
+  Machine machine;
+  bool have_machine = false;
   for (const std::string& path : expand_inputs(o.inputs)) {
     if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".txt") == 0) {
       const std::string text = read_text(path);
@@ -157,6 +222,7 @@ int report_command(const ReportOptions& o) {
     json j = read_json(path);
     if (j.is_object() && j.contains("benchmarks")) {
       const auto results = parse_benchmarks(j, path);
+      if (!have_machine && !results.empty()) machine = machine_of(j), have_machine = true;
       bench.insert(bench.end(), results.begin(), results.end());
     } else if (j.is_object()) {
       fuzz.push_back({path, std::move(j)});
@@ -167,17 +233,96 @@ int report_command(const ReportOptions& o) {
   fuzz = merge_shards(std::move(fuzz));
   GateResult gate;
   const bool gated = !o.baseline.empty();
-  if (gated) gate = check_baseline(bench, read_json(o.baseline));
+  if (gated) {
+    if (bench.empty()) throw Error("--baseline " + o.baseline + ": no benchmark results among the inputs to gate");
+    gate = check_baseline(bench, machine, read_json(o.baseline), o.baseline, compare_options);
+  }
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec) throw Error(o.out_dir + ": cannot create: " + ec.message());
-  const std::string md = markdown_summary(bench, fuzz, gated ? &gate : nullptr, kernels);
-  write_file(fs::path(o.out_dir) / "summary.md", md);
-  write_file(fs::path(o.out_dir) / "report.html", html_page(bench, fuzz, gated ? &gate : nullptr, kernels));
-  if (!o.write_baseline.empty())
-    write_file(o.write_baseline, make_baseline(bench, o.baseline_backend, o.threshold).dump(1) + "\n");
-  std::cout << md << "page: " << (fs::path(o.out_dir) / "report.html").string() << "\n";
-  return gated && !gate.ok() ? 1 : 0;
+  History history;
+  const bool with_history = !o.history.empty();
+  if (with_history) {
+    if (!bench.empty()) {
+      HistoryEntry entry;
+      entry.commit = o.commit.empty() ? current_commit() : o.commit;
+      entry.date = harness::iso8601_now();
+      entry.machine = machine.describe();
+      entry.keys = summarize(bench);
+      if (gated && gate.applied) {
+        entry.gate = to_string(gate.comparison.overall());
+        for (const KeyComparison& k : gate.comparison.keys)
+          if (k.verdict == Verdict::slower || k.verdict == Verdict::unknown) entry.flagged.insert(k.key);
+      }
+      std::cerr << "report: history entry " << record_history(o.history, entry) << "\n";
+    }
+    history = read_history(o.history);
+    for (const std::string& skipped : history.skipped) std::cerr << "report: history: skipped " << skipped << "\n";
+  }
+  const GateResult* gate_shown = gated ? &gate : nullptr;
+  const History* history_shown = with_history ? &history : nullptr;
+  const std::string md = markdown_summary(bench, fuzz, gate_shown, kernels, history_shown);
+  const fs::path out(o.out_dir);
+  write_file(out / "summary.md", md);
+  write_file(out / "report.html", html_page(bench, fuzz, gate_shown, kernels, history_shown));
+  harness::write_junit((out / "junit.xml").string(), junit_suites(fuzz, gate_shown));
+  if (!bench.empty()) {
+    const auto summaries = summarize(bench);
+    write_file(out / "bmf.json", bencher_bmf(summaries).dump(1) + "\n");
+    write_file(out / "benchmark-action.json", benchmark_action(summaries).dump(1) + "\n");
+  }
+  append_step_summary(md);
+  std::cout << md << "page: " << (out / "report.html").string() << "\n";
+  return gated ? gate.exit_status() : 0;
+}
+
+int compare_command(const CompareCommandOptions& o) {
+  const CompareOptions options = o.gate.compare_options();
+  if (o.base.empty() || o.change.empty()) throw Error("compare: --base and --change each need at least one file");
+  if (o.repeat_base.empty() != o.repeat_change.empty())
+    throw Error("compare: --repeat-base and --repeat-change go together");
+  Machine base_machine, change_machine;
+  const Samples base = floor_fraction_samples(read_benchmarks(o.base, &base_machine));
+  const Samples change = floor_fraction_samples(read_benchmarks(o.change, &change_machine));
+  bool shared = false;
+  for (const auto& [key, _] : base) shared = shared || change.count(key) > 0;
+  if (!shared)
+    throw Error("compare: the base and the change share no benchmark key (base has " + base.begin()->first +
+                ", change has " + change.begin()->first + ")");
+  GateResult gate;
+  gate.title = "the change against its base, measured interleaved";
+  gate.comparison = compare(base, change, options);
+  if (const std::string diff = machine_difference(base_machine, change_machine); !diff.empty())
+    gate.note = "note: the two sides ran on different machines (" + diff + "): a base must be measured beside its change";
+  if (!o.repeat_base.empty()) {
+    const Samples again_base = floor_fraction_samples(read_benchmarks(o.repeat_base, nullptr));
+    const Samples again_change = floor_fraction_samples(read_benchmarks(o.repeat_change, nullptr));
+    Samples keep_base, keep_change;  // the repetition measures only what the first found SLOWER
+    for (const std::string& key : gate.comparison.slower_keys()) {
+      if (again_base.count(key)) keep_base[key] = again_base.at(key);
+      if (again_change.count(key)) keep_change[key] = again_change.at(key);
+    }
+    gate.comparison = confirm(gate.comparison, compare(keep_base, keep_change, options));
+  }
+  const fs::path out(o.out_dir);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw Error(o.out_dir + ": cannot create: " + ec.message());
+  json j = to_json(gate.comparison);
+  j["note"] = gate.note;
+  write_file(out / "compare.json", j.dump(1) + "\n");
+  const std::string md = "# mlarope compare\n\n" + comparison_markdown(gate.comparison) +
+                         (gate.note.empty() ? "" : "\n" + gate.note + "\n");
+  write_file(out / "summary.md", md);
+  harness::write_junit((out / "junit.xml").string(), {junit_suite(gate.comparison, "mlarope compare")});
+  if (!o.slower_keys.empty()) {
+    std::string keys;
+    for (const std::string& key : gate.comparison.slower_keys()) keys += key + "\n";
+    write_file(o.slower_keys, keys);
+  }
+  append_step_summary(md);
+  std::cout << md;
+  return gate.exit_status();
 }
 
 }  // namespace mlarope::reports

@@ -1,6 +1,8 @@
-// The report: parsing benchmark JSON, the regression gate, and what the page and summary show.
+// The report: parsing benchmark JSON, the stored-baseline gate, and what the page and summary show.
 #include <gtest/gtest.h>
 
+#include "baseline.h"
+#include "compare.h"
 #include "mlarope/error.h"
 #include "report.h"
 
@@ -33,16 +35,66 @@ TEST(Report, RejectsJsonThatIsNotABenchmarkOutput) {
   EXPECT_THROW(parse_benchmarks(json::parse(R"({"cases": 3})"), "x.json"), mlarope::Error);
 }
 
-TEST(Report, GatePassesOnTheBaselineItselfAndFailsOnALargeDrop) {
-  const auto base_results = parse_benchmarks(bench_json(0.5), "b.json");
-  const json baseline = make_baseline(base_results, "host", 0.25);
-  EXPECT_EQ(baseline["floor_fraction"].size(), 1u);  // only the host backend
-  EXPECT_TRUE(check_baseline(base_results, baseline).ok());
-  EXPECT_TRUE(check_baseline(parse_benchmarks(bench_json(0.4), "b.json"), baseline).ok());  // -20%
-  const GateResult slow = check_baseline(parse_benchmarks(bench_json(0.3), "b.json"), baseline);  // -40%
-  EXPECT_FALSE(slow.ok());
-  ASSERT_EQ(slow.regressions.size(), 1u);
-  EXPECT_NE(slow.regressions[0].find("rope/host/dsv3/sbhd/T1024/bf16"), std::string::npos);
+// A run of `reps` repetitions of rope/host near `fraction`, on the machine named by `host`
+// and `copy` (GB/s).
+json repeated_run(double fraction, int reps, const std::string& host = "m1", double copy = 30.0) {
+  json j = {{"context", {{"host_name", host}, {"num_cpus", 2}, {"cpu_model", "Test CPU"},
+                         {"copy_GBps", std::to_string(copy)}}},
+            {"benchmarks", json::array()}};
+  for (int i = 0; i < reps; ++i)
+    j["benchmarks"].push_back({{"name", "rope/host/dsv3/sbhd/T1024/bf16/real_time"}, {"run_type", "iteration"},
+                               {"real_time", 2.5}, {"time_unit", "ms"}, {"GBps", 20.0},
+                               {"floor_fraction", fraction * (1 + 0.002 * (i % 5))}, {"bytes", 5e7}});
+  return j;
+}
+
+GateResult gate_of(const json& run, const json& baseline) {
+  return check_baseline(parse_benchmarks(run, "run.json"), machine_of(run), baseline, "base.json", CompareOptions{});
+}
+
+TEST(Report, StoredBaselineGatesItsOwnMachineByTheSameTest) {
+  const json baseline = repeated_run(0.5, 9);
+  const GateResult same = gate_of(repeated_run(0.5, 9), baseline);
+  EXPECT_TRUE(same.applied);
+  EXPECT_EQ(same.exit_status(), 0);
+  const GateResult slow = gate_of(repeated_run(0.3, 9), baseline);  // -40%
+  EXPECT_EQ(slow.exit_status(), 1);
+  EXPECT_EQ(slow.comparison.slower_keys(), std::vector<std::string>{"rope/host/dsv3/sbhd/T1024/bf16"});
+  const GateResult few = gate_of(repeated_run(0.3, 3), baseline);  // too few repetitions: never a pass
+  EXPECT_EQ(few.exit_status(), 3);
+}
+
+TEST(Report, StoredBaselineOfAnotherMachineIsNotAppliedAndSaysSo) {
+  const json baseline = repeated_run(0.9, 9, "m1", 30.0);
+  for (const json& run : {repeated_run(0.4, 9, "m2", 30.0), repeated_run(0.4, 9, "m1", 46.0)}) {
+    const GateResult g = gate_of(run, baseline);
+    EXPECT_FALSE(g.applied);
+    EXPECT_EQ(g.exit_status(), 0) << "a baseline of another machine must not fail a clean tree";
+    EXPECT_NE(g.note.find("another machine"), std::string::npos) << g.note;
+    EXPECT_NE(markdown_summary(parse_benchmarks(run, "r"), {}, &g).find("not applied"), std::string::npos);
+  }
+  EXPECT_NE(gate_of(repeated_run(0.4, 9, "m2"), baseline).note.find("host 'm1' vs 'm2'"), std::string::npos);
+  EXPECT_NE(gate_of(repeated_run(0.4, 9, "m1", 46.0), baseline).note.find("copy bandwidth 30.0 vs 46.0"),
+            std::string::npos);
+  json unnamed = baseline;  // a baseline that does not say where it was recorded gates nothing
+  unnamed["context"].erase("cpu_model");
+  EXPECT_FALSE(gate_of(repeated_run(0.4, 9), unnamed).applied);
+}
+
+TEST(Report, BaselinesOfTheWrongKindAreNamedErrors) {
+  const json best_of = json::parse(R"({"threshold": 0.5, "floor_fraction": {"rope/host/dsv3/sbhd/T1024/bf16": 0.9}})");
+  try {
+    gate_of(repeated_run(0.5, 9), best_of);
+    FAIL() << "a best-of map was accepted";
+  } catch (const mlarope::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("every repetition"), std::string::npos) << e.what();
+  }
+  json other_keys = repeated_run(0.5, 9);
+  for (json& b : other_keys["benchmarks"]) b["name"] = "kv_split/host/small/sbhd/T1024/f32/real_time";
+  EXPECT_THROW(gate_of(repeated_run(0.5, 9), other_keys), mlarope::Error);
+  json aggregates_only = repeated_run(0.5, 9);
+  for (json& b : aggregates_only["benchmarks"]) b["run_type"] = "aggregate";
+  EXPECT_THROW(gate_of(repeated_run(0.5, 9), aggregates_only), mlarope::Error);
 }
 
 TEST(Report, SummaryAndPageShowBenchmarksFuzzCountsFailuresAndGate) {
@@ -52,7 +104,8 @@ TEST(Report, SummaryAndPageShowBenchmarksFuzzCountsFailuresAndGate) {
     "ulp_histograms": {"bf16": {"0": 900, "0.5": 250, "1": 50}},
     "failures": [{"check": "value", "op": "rope", "message": "out[1, 0, 3] off by 3 ulp",
                   "replay": "mlarope check fuzz/failures/case_0001"}]})");
-  const GateResult gate = check_baseline(results, make_baseline(results, "host", 0.25));
+  const json run = repeated_run(0.5, 9);
+  const GateResult gate = gate_of(run, run);
   const std::string md = markdown_summary(results, {{"fuzz.json", fuzz}}, &gate);
   EXPECT_NE(md.find("| rope | dsv3/sbhd/T1024/bf16 | 20.0 GB/s, 0.50 | 1.2 GB/s, 0.04 |"), std::string::npos) << md;
   EXPECT_NE(md.find("1200 cases (300 cases/s) on host, 1 failure"), std::string::npos) << md;

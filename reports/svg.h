@@ -20,7 +20,17 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
                       const std::string& y_label, double reference_line = 0,
                       bool log_scale = false);
 
+/// A line chart: points along x (in order, evenly spaced), one line per series (a NaN value
+/// breaks its line). `flagged[s][i]` marks series s's point i with a red ring (a point a gate
+/// flagged); empty when nothing is flagged.
+std::string line_chart(const std::string& title, const std::vector<std::string>& points,
+                       const std::vector<Series>& series, const std::vector<std::vector<bool>>& flagged,
+                       const std::string& x_label, const std::string& y_label);
+
 /// Escape text for HTML and SVG.
 std::string escape(const std::string& text);
+
+/// `x` with `digits` decimals ("0.857").
+std::string fixed(double x, int digits);
 
 }  // namespace mlarope::reports

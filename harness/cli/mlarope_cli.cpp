@@ -31,11 +31,13 @@ namespace {
 // Exit statuses, in --help too.
 constexpr int kExitCheckFailed = 1;   // a check or a fuzz case failed
 constexpr int kExitError = 2;         // bad command line, unreadable or invalid case
-constexpr int kExitOffExpected = 3;   // run: outputs off the case's expected_*.npy
+constexpr int kExitOffExpected = 3;   // run: outputs off the case's expected_*.npy; report,
+                                      // compare: the gate cannot decide (a key UNKNOWN)
 constexpr int kExitDeviceStatus = 4;  // run, check: the call's status word is not ok
 constexpr const char* kExitStatuses =
-    "Exit status: 0 ok; 1 a check or fuzz case failed; 2 an error (command line, case file, "
-    "invalid call); 3 (run) outputs off the case's expected_*.npy; 4 (run, check) the call's "
+    "Exit status: 0 ok; 1 a check or fuzz case failed, or (report, compare) a benchmark is "
+    "SLOWER; 2 an error (command line, case file, invalid call); 3 (run) outputs off the case's "
+    "expected_*.npy, (report, compare) the gate cannot decide (a key UNKNOWN, never a pass); 4 (run, check) the call's "
     "device status word reports invalid metadata (SPEC.md §5: bad cu_seqlens, a sequence length "
     "not divisible by 2 * cp_size, or a freq_row outside the table).";
 
@@ -154,26 +156,71 @@ int run_command(const RunOptions& o) {
 
 // --- report ------------------------------------------------------------------------------------
 
+// The gate's settings, shared by report and compare.
+void add_gate_options(CLI::App* cmd, reports::GateOptions& gate) {
+  cmd->add_option("--alpha", gate.alpha,
+                  "largest Holm-adjusted one-sided Mann-Whitney p that counts as a change")
+      ->capture_default_str();
+  cmd->add_option("--min-effect", gate.host_min_effect,
+                  "smallest relative drop of the floor fraction that fails, host keys")
+      ->capture_default_str();
+  cmd->add_option("--gpu-min-effect", gate.gpu_min_effect,
+                  "smallest relative drop that fails, keys of a CUDA backend")
+      ->capture_default_str();
+  cmd->add_option("--key-min-effect", gate.key_min_effect,
+                  "KEY=FRACTION: the smallest drop for a key or key prefix (repeatable; the longest "
+                  "prefix wins)");
+  cmd->add_option("--min-samples", gate.min_samples, "repetitions a side below which a key is UNKNOWN")
+      ->capture_default_str();
+}
+
 void add_report(CLI::App& app, reports::ReportOptions& report) {
   CLI::App* cmd = app.add_subcommand(
       "report",
       "Read fuzz.json and Google Benchmark JSON files (mlarope_bench --benchmark_out=F.json) and "
-      "write DIR/report.html (self-contained, inline SVG charts) and DIR/summary.md; print the "
-      "summary. With --baseline, exit status 1 if a fraction of the copy floor dropped by more "
-      "than the baseline's threshold.");
+      "write DIR/report.html (self-contained, inline SVG charts), DIR/summary.md, DIR/junit.xml "
+      "(a test case per fuzz check and per gated key) and, with benchmarks, DIR/bmf.json (Bencher) "
+      "and DIR/benchmark-action.json (github-action-benchmark, customBiggerIsBetter); print the "
+      "summary and append it to $GITHUB_STEP_SUMMARY when set. With --baseline (a Google Benchmark "
+      "JSON with every repetition, recorded on this machine), exit status 1 if a key is SLOWER, 3 "
+      "if the gate cannot decide (UNKNOWN); a baseline of another machine is not applied.");
   cmd->add_option("INPUTS", report.inputs,
                   "fuzz.json, benchmark JSON and ptxas.txt files; folders `mlarope fuzz --out` wrote (their "
                   "fuzz.json, or each shard-*/fuzz.json of a sharded run); quoted glob patterns")
       ->required();
   cmd->add_option("--out", report.out_dir, "output directory")->capture_default_str();
-  cmd->add_option("--baseline", report.baseline, "baseline JSON to gate against")->check(CLI::ExistingFile);
-  cmd->add_option("--write-baseline", report.write_baseline,
-                  "write a baseline of this run's --baseline-backend results here");
-  cmd->add_option("--baseline-backend", report.baseline_backend, "backend a written baseline keeps")
-      ->capture_default_str();
-  cmd->add_option("--threshold", report.threshold,
-                  "allowed relative drop of a floor fraction, stored in a written baseline")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--baseline", report.baseline,
+                  "stored baseline to gate against: mlarope_bench --benchmark_repetitions=9 "
+                  "--benchmark_out=FILE, on this machine")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--history", report.history,
+                  "history folder: record this run's medians as one JSON per commit (created if "
+                  "missing) and draw each op's floor fraction over the commits");
+  cmd->add_option("--commit", report.commit,
+                  "the commit a history entry names (default: $GITHUB_SHA, $CI_COMMIT_SHA or git rev-parse HEAD)");
+  add_gate_options(cmd, report.gate);
+}
+
+void add_compare(CLI::App& app, reports::CompareCommandOptions& compare) {
+  CLI::App* cmd = app.add_subcommand(
+      "compare",
+      "Compare the repetitions of a change's benchmarks with its base's (Google Benchmark JSON "
+      "files, measured interleaved on one machine: ci/bench-compare.sh), key by key: median "
+      "change of the floor fraction with its 95% interval, exact one-sided Mann-Whitney p (Holm "
+      "over the keys), verdict SAME, FASTER, SLOWER or UNKNOWN. Writes DIR/compare.json, "
+      "DIR/summary.md and DIR/junit.xml. Exit status 0 pass, 1 a key SLOWER, 3 a key UNKNOWN "
+      "(never a pass). With --repeat-base and --repeat-change (the SLOWER keys measured again), "
+      "a key stays SLOWER only if the repeat finds it SLOWER too.");
+  cmd->add_option("--base", compare.base, "the base's benchmark JSON files")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--change", compare.change, "the change's benchmark JSON files")
+      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("--repeat-base", compare.repeat_base, "the base measured again (the SLOWER keys)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--repeat-change", compare.repeat_change, "the change measured again (the SLOWER keys)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out", compare.out_dir, "output directory")->capture_default_str();
+  cmd->add_option("--slower-keys", compare.slower_keys, "write the SLOWER keys to this file, one a line");
+  add_gate_options(cmd, compare.gate);
 }
 
 // --- check -------------------------------------------------------------------------------------
@@ -451,9 +498,11 @@ int main(int argc, char** argv) {
   CheckCommandOptions check;
   FuzzCommandOptions fuzz;
   reports::ReportOptions report;
+  reports::CompareCommandOptions compare;
   YarnCommandOptions yarn;
   add_run(app, run);
   add_report(app, report);
+  add_compare(app, compare);
   add_check(app, check);
   add_fuzz(app, fuzz);
   add_yarn(app, yarn);
@@ -467,6 +516,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("check")) return check_command(check);
     if (app.got_subcommand("fuzz")) return fuzz_command(fuzz);
     if (app.got_subcommand("report")) return reports::report_command(report);
+    if (app.got_subcommand("compare")) return reports::compare_command(compare);
     if (app.got_subcommand("yarn")) return yarn_command(yarn);
   } catch (const std::exception& e) {
     std::cerr << "mlarope: error: " << e.what() << "\n";
