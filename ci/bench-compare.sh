@@ -38,9 +38,13 @@ base_commit=$(git rev-parse --verify --quiet "$base_ref^{commit}") ||
   { echo "bench-compare: '$base_ref' is not a commit of this repository" >&2; exit 2; }
 bash ci/setup.sh >/dev/null
 
-# Sources of the base, fresh each time (a ref may have moved).
-rm -rf "$builds/base-src" && mkdir -p "$builds/base-src"
-git archive "$base_commit" | tar -x -C "$builds/base-src"
+# Sources of the base: extracted again only when the base commit changed, so that a second
+# comparison with the same base does not rebuild it.
+if [[ "$(cat "$builds/base-src/.commit" 2>/dev/null)" != "$base_commit" ]]; then
+  rm -rf "$builds/base-src" && mkdir -p "$builds/base-src"
+  git archive "$base_commit" | tar -x -C "$builds/base-src"
+  echo "$base_commit" >"$builds/base-src/.commit"
+fi
 build() {  # build SOURCE_DIR BUILD_DIR TARGETS...
   local src=$1 dir=$2; shift 2
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAROPE_CUDA=OFF -DMLAROPE_TESTS=OFF \

@@ -36,17 +36,20 @@ Machine machine_of(const json& j) {
   return m;
 }
 
-std::string machine_difference(const Machine& recorded, const Machine& now) {
+std::string machine_difference(const Machine& recorded, const Machine& now, bool unknown_differs) {
   std::string diff;
   auto differs = [&](const std::string& what, const std::string& a, const std::string& b) {
-    if (a.empty() || b.empty() || a != b) diff += (diff.empty() ? "" : "; ") + what + " '" + a + "' vs '" + b + "'";
+    const bool unknown = a.empty() || b.empty();
+    if (unknown ? unknown_differs : a != b) diff += (diff.empty() ? "" : "; ") + what + " '" + a + "' vs '" + b + "'";
   };
   differs("host", recorded.host, now.host);
   differs("cpu", recorded.cpu_model, now.cpu_model);
-  if (recorded.cpus != now.cpus || recorded.cpus == 0)
+  const bool cpus_unknown = recorded.cpus == 0 || now.cpus == 0;
+  if (cpus_unknown ? unknown_differs : recorded.cpus != now.cpus)
     diff += (diff.empty() ? "" : "; ") + std::to_string(recorded.cpus) + " vs " + std::to_string(now.cpus) + " cpus";
-  const double ratio = recorded.copy_gbps > 0 && now.copy_gbps > 0 ? now.copy_gbps / recorded.copy_gbps : 0;
-  if (!(std::fabs(ratio - 1) <= kCopyBandwidthTolerance))
+  const bool copy_unknown = recorded.copy_gbps <= 0 || now.copy_gbps <= 0;
+  const double ratio = copy_unknown ? 0 : now.copy_gbps / recorded.copy_gbps;
+  if (copy_unknown ? unknown_differs : !(std::fabs(ratio - 1) <= kCopyBandwidthTolerance))
     diff += (diff.empty() ? "" : "; ") + std::string("copy bandwidth ") + fixed(recorded.copy_gbps, 1) + " vs " +
             fixed(now.copy_gbps, 1) + " GB/s";
   return diff;

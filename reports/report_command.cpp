@@ -292,7 +292,7 @@ int compare_command(const CompareCommandOptions& o) {
   GateResult gate;
   gate.title = "the change against its base, measured interleaved";
   gate.comparison = compare(base, change, options);
-  if (const std::string diff = machine_difference(base_machine, change_machine); !diff.empty())
+  if (const std::string diff = machine_difference(base_machine, change_machine, false); !diff.empty())
     gate.note = "note: the two sides ran on different machines (" + diff + "): a base must be measured beside its change";
   if (!o.repeat_base.empty()) {
     const Samples again_base = floor_fraction_samples(read_benchmarks(o.repeat_base, nullptr));
