@@ -44,10 +44,15 @@ void for_each_row(const detail::TensorRegion& r, Visit visit) {
 
 }  // namespace
 
-Recorder::Recorder(std::string kernel, const detail::Footprint& footprint)
-    : kernel_(std::move(kernel)), footprint_(footprint) {
+Recorder::Recorder(std::string kernel, const detail::Footprint& footprint, std::int64_t block_stride)
+    : kernel_(std::move(kernel)), footprint_(footprint), block_stride_(block_stride < 1 ? 1 : block_stride) {
   build_intervals();
-  shadow_.resize(intervals_.size());
+}
+
+Recorder::Shadow& Recorder::global_shadow(std::uintptr_t address) {
+  std::unique_ptr<Shadow[]>& page = shadow_pages_[address >> kShadowPageBits];
+  if (!page) page = std::make_unique<Shadow[]>(std::size_t{1} << kShadowPageBits);
+  return page[address & ((std::uintptr_t{1} << kShadowPageBits) - 1)];
 }
 
 // Disjoint intervals of the footprint, each with the uses of the tensors covering it: a sweep
@@ -70,7 +75,7 @@ void Recorder::build_intervals() {
       for (int r : it->second) --active[static_cast<std::size_t>(r)];
     if (auto it = starts.find(points[k]); it != starts.end())
       for (int r : it->second) ++active[static_cast<std::size_t>(r)];
-    Interval in{points[k], points[k + 1], -1, false, false, false};
+    Interval in{points[k], points[k + 1], -1, false, false, false, false};
     for (int r = 0; r < footprint_.count; ++r) {
       if (active[static_cast<std::size_t>(r)] <= 0) continue;
       if (in.region < 0) in.region = r;
@@ -78,11 +83,13 @@ void Recorder::build_intervals() {
       in.readable |= use == detail::RegionUse::read || use == detail::RegionUse::read_write;
       in.writable |= use == detail::RegionUse::write || use == detail::RegionUse::read_write;
       in.atomic |= use == detail::RegionUse::atomic;
+      in.index |= footprint_.regions[static_cast<std::size_t>(r)].index;
     }
     if (in.region < 0) continue;
     Interval* last = intervals_.empty() ? nullptr : &intervals_.back();
     if (last && last->end == in.begin && last->region == in.region &&
-        last->readable == in.readable && last->writable == in.writable && last->atomic == in.atomic)
+        last->readable == in.readable && last->writable == in.writable && last->atomic == in.atomic &&
+        last->index == in.index)
       last->end = in.end;
     else
       intervals_.push_back(in);
@@ -98,12 +105,16 @@ const Recorder::Interval* Recorder::find(std::uintptr_t address, int bytes) cons
 }
 
 void Recorder::begin_thread(const GridCoord& coord) {
+  end_thread();
+  if (coord.block != block_) end_block(), block_ = coord.block;  // a body without phases
   coord_ = coord;
   thread_id_ = static_cast<std::int32_t>(coord.block * coord.num_threads + coord.thread);
   sequence_ = 0;
 }
 
-void Recorder::begin_phase(std::int64_t, int phase, const void* shared, std::size_t bytes) {
+void Recorder::begin_phase(std::int64_t block, int phase, const void* shared, std::size_t bytes) {
+  end_phase();
+  if (block != block_) end_block(), block_ = block;
   phase_ = phase;
   if (phase != 0) return;
   shared_begin_ = reinterpret_cast<std::uintptr_t>(shared);  // a new block: fresh shared memory
@@ -126,7 +137,8 @@ bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
     return false;
   }
   if (access == Access::atomic) return true;
-  check_race(shared_shadow_, shared_begin_, a, bytes, access);
+  check_race([this](std::uintptr_t byte) -> Shadow& { return shared_shadow_[byte - shared_begin_]; }, a, bytes,
+             access);
   return true;
 }
 
@@ -163,20 +175,24 @@ bool Recorder::observe(const void* address, int bytes, Access access) {
     report(std::string("load of output ") + name + " (an out-of-place output is write-only)",
            address, bytes);
   if (access == Access::atomic) return true;
-  const auto index = static_cast<std::size_t>(in - intervals_.data());
-  std::vector<Shadow>& shadow = shadow_[index];
-  if (shadow.empty()) shadow.resize(in->end - in->begin);
-  check_race(shadow, in->begin, a, bytes, access);
-  count(a, bytes, access);
+  constexpr std::uintptr_t kMask = (std::uintptr_t{1} << kShadowPageBits) - 1;
+  Shadow* page = &global_shadow(a) - (a & kMask);  // an access spans two pages at most
+  const std::uintptr_t page_number = a >> kShadowPageBits;
+  check_race(
+      [&](std::uintptr_t byte) -> Shadow& {
+        return (byte >> kShadowPageBits) == page_number ? page[byte & kMask] : global_shadow(byte);
+      },
+      a, bytes, access);
+  count(a, bytes, access, in->index);
   return true;
 }
 
-void Recorder::check_race(std::vector<Shadow>& shadow, std::uintptr_t begin,
-                          std::uintptr_t address, int bytes, Access access) {
+template <class ShadowOf>
+void Recorder::check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes, Access access) {
   const std::int32_t threads = coord_.num_threads;
   const std::int32_t block = thread_id_ / threads;
   for (int k = 0; k < bytes; ++k) {
-    Shadow& s = shadow[address - begin + static_cast<std::uintptr_t>(k)];
+    Shadow& s = shadow_of(address + static_cast<std::uintptr_t>(k));
     const bool write_race = s.writer >= 0 && !ordered_before(s.writer, s.writer_phase);
     const bool read_race =
         access == Access::store &&
@@ -204,9 +220,20 @@ void Recorder::check_race(std::vector<Shadow>& shadow, std::uintptr_t begin,
   }
 }
 
-void Recorder::count(std::uintptr_t address, int bytes, Access access) {
+void Recorder::count(std::uintptr_t address, int bytes, Access access, bool index) {
   ++accesses_;
   requested_ += bytes;
+  block_accessed_ = true;
+  if (access == Access::store) {  // a store needs what was loaded before it: the batch ends
+    batch_open_ = false;
+    stored_bytes_ += bytes;
+  } else if (index) {  // its value is an address to come: a round trip of its own
+    batch_open_ = false;
+    ++thread_trips_.index;
+  } else {
+    if (!batch_open_) batch_open_ = true, ++thread_trips_.data, ++load_batches_;
+    loaded_bytes_ += bytes;
+  }
   const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
   warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, phase_, sequence_++}].ranges.emplace_back(address, end);
   auto& sectors = access == Access::store ? sectors_written_ : sectors_read_;
@@ -233,6 +260,41 @@ std::pair<std::int64_t, std::int64_t> distinct_bytes_and_sectors(
 
 }  // namespace
 
+void Recorder::end_thread() {
+  batch_open_ = false;
+  phase_trips_.at_least(thread_trips_);
+  thread_trips_ = {};
+}
+
+void Recorder::end_phase() {
+  end_thread();
+  block_trips_.add(phase_trips_);
+  phase_trips_ = {};
+}
+
+// The block's critical path into the launch's, and its warps' records folded into the
+// coalescing figures and freed: the model's memory grows with a block, not with the launch.
+void Recorder::end_block() {
+  end_phase();
+  if (block_accessed_) {
+    launch_trips_.add(block_trips_);
+    ++blocks_run_;
+  }
+  block_trips_ = {};
+  block_accessed_ = false;
+  for (const auto& [_, w] : warp_accesses_) {
+    const auto [bytes, sectors] = distinct_bytes_and_sectors(w.ranges);
+    useful_bytes_ += bytes;
+    warp_sector_bytes_ += sectors * static_cast<std::int64_t>(kSector);
+  }
+  warp_accesses_.clear();
+}
+
+void Recorder::finish() {
+  end_block();
+  block_ = -1;
+}
+
 LaunchStats Recorder::stats() const {
   LaunchStats s;
   s.kernel = kernel_;
@@ -240,13 +302,16 @@ LaunchStats Recorder::stats() const {
   s.threads = coord_.num_threads;
   s.accesses = accesses_;
   s.requested_bytes = requested_;
-  for (const auto& [_, w] : warp_accesses_) {
-    const auto [bytes, sectors] = distinct_bytes_and_sectors(w.ranges);
-    s.useful_bytes += bytes;
-    s.warp_sector_bytes += sectors * static_cast<std::int64_t>(kSector);
-  }
+  s.useful_bytes = useful_bytes_;
+  s.warp_sector_bytes = warp_sector_bytes_;
   s.dram_bytes = static_cast<std::int64_t>((sectors_read_.size() + sectors_written_.size()) * kSector);
   s.errors = errors_;
+  s.blocks_run = blocks_run_;
+  s.round_trips = launch_trips_.data;
+  s.index_round_trips = launch_trips_.index;
+  s.load_batches = load_batches_;
+  s.loaded_bytes = loaded_bytes_;
+  s.stored_bytes = stored_bytes_;
   return s;
 }
 

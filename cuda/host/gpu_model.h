@@ -12,11 +12,16 @@
 //   - coalescing: per warp (32 consecutive threads of a block) and per access in program
 //     order, the distinct 32-byte sectors against the bytes requested; per launch, the
 //     distinct sectors read plus the distinct sectors written (the predicted DRAM traffic:
-//     each sector fetched once, each written sector written back once).
-// The executor runs a recorded launch on one thread, calling begin_thread before each thread.
+//     each sector fetched once, each written sector written back once);
+//   - round trips, for the timing model: per thread and phase, the batches of loads that can
+//     be in flight together (ModelLaunchStats), and per block the critical path.
+// The executor runs a recorded launch on one thread, calling begin_thread before each thread
+// and, for a phased body, begin_phase before each phase of a block; a block's threads all run
+// before the next block's, so the per-warp records are folded and freed block by block.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,17 +40,22 @@ using LaunchStats = ModelLaunchStats;
 /// The model of one launch.
 class Recorder final : public host::ThreadObserver {
  public:
-  /// A launch of `kernel` that may touch the tensors of `footprint`.
-  Recorder(std::string kernel, const detail::Footprint& footprint);
+  /// A launch of `kernel` that may touch the tensors of `footprint`. With `block_stride` > 1
+  /// only every block_stride-th block runs (a sample, for the timing model at full size: the
+  /// findings and figures are those of the sampled blocks).
+  Recorder(std::string kernel, const detail::Footprint& footprint, std::int64_t block_stride = 1);
 
   void begin_thread(const GridCoord& coord) override;
   void begin_phase(std::int64_t block, int phase, const void* shared, std::size_t bytes) override;
+  bool runs_block(std::int64_t block) const override { return block % block_stride_ == 0; }
   /// Check and count one access; false when it must not be made (out of bounds).
   bool observe(const void* address, int bytes, Access access);
 
   /// The findings (the first few, each naming kernel, block, thread, address and size).
   const std::vector<std::string>& findings() const { return findings_; }
-  /// The measurements; valid once the launch ran.
+  /// Fold the last block's records in; run_recorded calls it when the launch has run.
+  void finish();
+  /// The measurements; valid once finish() ran.
   LaunchStats stats() const;
 
  private:
@@ -53,6 +63,15 @@ class Recorder final : public host::ThreadObserver {
     std::uintptr_t begin, end;
     int region;         ///< index in the footprint of the first tensor covering it
     bool readable, writable, atomic;
+    bool index;         ///< an index array's bytes
+  };
+  struct RoundTrips {  // batches of loads waited for: of data, and of index arrays
+    std::int64_t data = 0, index = 0;
+    void at_least(const RoundTrips& o) {
+      data = o.data > data ? o.data : data;
+      index = o.index > index ? o.index : index;
+    }
+    void add(const RoundTrips& o) { data += o.data, index += o.index; }
   };
   struct Shadow {  // per byte: the last writer and reader (-1: none; reader -2: several)
     std::int32_t writer = -1, writer_phase = 0;
@@ -80,16 +99,25 @@ class Recorder final : public host::ThreadObserver {
   void build_intervals();
   const Interval* find(std::uintptr_t address, int bytes) const;
   void report(const std::string& what, const void* address, int bytes);
-  void check_race(std::vector<Shadow>& shadow, std::uintptr_t begin, std::uintptr_t address,
-                  int bytes, Access access);
+  /// The shadow of global byte `address`, its page allocated on first use.
+  Shadow& global_shadow(std::uintptr_t address);
+  template <class ShadowOf>
+  void check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes, Access access);
   bool ordered_before(std::int32_t thread, std::int32_t phase) const;
   bool observe_shared(std::uintptr_t address, int bytes, Access access);
-  void count(std::uintptr_t address, int bytes, Access access);
+  void count(std::uintptr_t address, int bytes, Access access, bool index);
+  void end_thread();
+  void end_phase();
+  void end_block();
 
   std::string kernel_;
   detail::Footprint footprint_;
   std::vector<Interval> intervals_;
-  std::vector<std::vector<Shadow>> shadow_;  ///< per interval, allocated on first access
+  static constexpr int kShadowPageBits = 12;
+  /// Global bytes' shadows by page (address >> kShadowPageBits), allocated when a byte of the
+  /// page is first accessed: the model's memory grows with what the launch touches.
+  std::unordered_map<std::uintptr_t, std::unique_ptr<Shadow[]>> shadow_pages_;
+  std::int64_t block_stride_ = 1;
   GridCoord coord_;
   std::int32_t thread_id_ = 0;   ///< block * threads + thread (launches of < 2^31 threads)
   std::int32_t phase_ = 0;       ///< of a phased body; 0 otherwise
@@ -99,6 +127,14 @@ class Recorder final : public host::ThreadObserver {
   std::unordered_map<WarpKey, WarpAccess, WarpKeyHash> warp_accesses_;
   std::unordered_set<std::uintptr_t> sectors_read_, sectors_written_;
   std::int64_t accesses_ = 0, requested_ = 0, errors_ = 0;
+  std::int64_t useful_bytes_ = 0, warp_sector_bytes_ = 0;  ///< of the blocks folded so far
+  // Round trips: the current thread's in this phase, the most of any thread of this phase,
+  // the current block's over its finished phases, and the finished blocks' total.
+  bool batch_open_ = false;
+  RoundTrips thread_trips_, phase_trips_, block_trips_, launch_trips_;
+  std::int64_t block_ = -1;            ///< the block running (-1: none yet)
+  bool block_accessed_ = false;
+  std::int64_t blocks_run_ = 0, load_batches_ = 0, loaded_bytes_ = 0, stored_bytes_ = 0;
   std::vector<std::string> findings_;
 };
 
@@ -113,6 +149,7 @@ void run_recorded(Recorder& recorder, const host::HostExecutor& executor, Run ru
   } scope(&recorder);
   const host::HostExecutor recorded = executor.observed_by(&recorder);
   run(recorded);
+  recorder.finish();
 }
 
 }  // namespace mlarope::kernels::gpu_model

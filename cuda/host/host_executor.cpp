@@ -122,7 +122,8 @@ void HostExecutor::for_each_block(GridShape grid, PerBlock per_block) const {
       if (k >= tiles) return;
       const auto first = static_cast<std::int64_t>(tile_order(static_cast<std::uint64_t>(k))) * tile;
       const std::int64_t last = std::min(first + tile, grid.blocks);
-      for (std::int64_t block = first; block < last; ++block) per_block(block, tile == 1);
+      for (std::int64_t block = first; block < last; ++block)
+        if (!observer_ || observer_->runs_block(block)) per_block(block, tile == 1);
     }
   };
   std::vector<std::thread> helpers;

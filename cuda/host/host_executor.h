@@ -50,6 +50,11 @@ class ThreadObserver {
   virtual void begin_phase(std::int64_t block, int phase, const void* shared, std::size_t bytes) {
     (void)block, (void)phase, (void)shared, (void)bytes;
   }
+  /// Whether block `block` runs at all: an observer that samples a launch skips the rest.
+  virtual bool runs_block(std::int64_t block) const {
+    (void)block;
+    return true;
+  }
 };
 
 /// Runs launches on the CPU; `threads` workers (0: all hardware threads).

@@ -29,6 +29,7 @@ void Footprint::add(const char* name, const IndexView& v) {
   r.strides[0] = 1;
   r.element_bytes = static_cast<int>(index_size(v.type));
   r.use = RegionUse::read;
+  r.index = true;
 }
 
 void Footprint::add_status(const char* name, const DeviceStatus* word) {

@@ -28,6 +28,7 @@ struct TensorRegion {
   std::array<std::int64_t, kMaxRank> strides{};  ///< elements; the last is 1
   int element_bytes = 0;
   RegionUse use = RegionUse::read;
+  bool index = false;  ///< an index array (cu_seqlens, ...): its values are addresses to be
 };
 
 /// Every tensor of a call (fixed capacity: a call allocates nothing).

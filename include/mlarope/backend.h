@@ -53,6 +53,16 @@ struct ModelLaunchStats {
   std::int64_t warp_sector_bytes = 0;  ///< sum over warp accesses of distinct 32-byte sectors x 32
   std::int64_t dram_bytes = 0;         ///< (distinct sectors read + distinct sectors written) x 32
   std::int64_t errors = 0;             ///< alignment, bounds and race findings
+  // What the timing model needs (host/timing_model.h). A thread's loads since its last store
+  // form a batch that can be in flight together; a load of an index array (cu_seqlens,
+  // position ids, offsets) is a batch of its own, since its value decides the addresses that
+  // follow. A block waits, phase by phase, for the thread with the most batches.
+  std::int64_t blocks_run = 0;         ///< blocks that made a global access
+  std::int64_t round_trips = 0;        ///< over blocks, the critical path's batches of data loads
+  std::int64_t index_round_trips = 0;  ///< over blocks, the critical path's index loads
+  std::int64_t load_batches = 0;       ///< batches of data loads, over every thread
+  std::int64_t loaded_bytes = 0;       ///< bytes of data loads (index loads not counted)
+  std::int64_t stored_bytes = 0;
 
   /// Distinct bytes asked for / bytes of the sectors fetched, over the warp accesses (1:
   /// perfectly coalesced; threads of a warp reading the same bytes count them once).
