@@ -145,8 +145,8 @@ TEST(Report, KernelResourcesFromPtxasLines) {
       "9dd4dda811rope_kernelINS_7kernels16RopeStagedRoundsIfEEEEvNS3_14RopeKernelArgsE\n"
       "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
       "ptxas info    : Used 80 registers, used 1 barriers, 536 bytes smem, 400 bytes cmem[0]\n";
-  ASSERT_TRUE(is_ptxas_log(log));
-  const auto kernels = parse_ptxas(log);
+  ASSERT_TRUE(mlarope::is_ptxas_log(log));
+  const auto kernels = mlarope::parse_ptxas(log);
   ASSERT_EQ(kernels.size(), 1u);
   EXPECT_EQ(kernels[0].kernel, "rope_kernel<RopeStagedRounds<float> >");
   EXPECT_EQ(kernels[0].arch, "sm_90");

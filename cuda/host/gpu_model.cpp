@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr std::uintptr_t kSector = 32;
+constexpr std::uintptr_t kChunk = 1024;  // ModelLaunchStats::dram_chunks
 constexpr std::size_t kMaxFindings = 8;
 
 const char* access_name(Access a) {
@@ -238,6 +239,7 @@ void Recorder::count(std::uintptr_t address, int bytes, Access access, bool inde
   warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, phase_, sequence_++}].ranges.emplace_back(address, end);
   auto& sectors = access == Access::store ? sectors_written_ : sectors_read_;
   for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s) sectors.insert(s);
+  for (std::uintptr_t c = address / kChunk; c <= (end - 1) / kChunk; ++c) chunks_.insert(c);
 }
 
 namespace {
@@ -276,6 +278,7 @@ void Recorder::end_phase() {
 // coalescing figures and freed: the model's memory grows with a block, not with the launch.
 void Recorder::end_block() {
   end_phase();
+  if (block_ >= 0) ++blocks_observed_;
   if (block_accessed_) {
     launch_trips_.add(block_trips_);
     ++blocks_run_;
@@ -306,12 +309,18 @@ LaunchStats Recorder::stats() const {
   s.warp_sector_bytes = warp_sector_bytes_;
   s.dram_bytes = static_cast<std::int64_t>((sectors_read_.size() + sectors_written_.size()) * kSector);
   s.errors = errors_;
+  s.blocks_observed = blocks_observed_;
   s.blocks_run = blocks_run_;
   s.round_trips = launch_trips_.data;
   s.index_round_trips = launch_trips_.index;
+  s.load_phases = launch_trips_.phases;
   s.load_batches = load_batches_;
   s.loaded_bytes = loaded_bytes_;
   s.stored_bytes = stored_bytes_;
+  s.dram_chunks = static_cast<std::int64_t>(chunks_.size());
+  std::size_t both = 0;  // sectors read and written
+  for (const std::uintptr_t sector : sectors_written_) both += sectors_read_.count(sector);
+  s.touched_bytes = static_cast<std::int64_t>((sectors_read_.size() + sectors_written_.size() - both) * kSector);
   return s;
 }
 

@@ -41,13 +41,18 @@ using LaunchStats = ModelLaunchStats;
 class Recorder final : public host::ThreadObserver {
  public:
   /// A launch of `kernel` that may touch the tensors of `footprint`. With `block_stride` > 1
-  /// only every block_stride-th block runs (a sample, for the timing model at full size: the
-  /// findings and figures are those of the sampled blocks).
+  /// only one run of kSampleRun blocks in block_stride runs (a sample, for the timing model at
+  /// full size: the findings and figures are those of the sampled blocks).
   Recorder(std::string kernel, const detail::Footprint& footprint, std::int64_t block_stride = 1);
 
   void begin_thread(const GridCoord& coord) override;
   void begin_phase(std::int64_t block, int phase, const void* shared, std::size_t bytes) override;
-  bool runs_block(std::int64_t block) const override { return block % block_stride_ == 0; }
+  bool runs_block(std::int64_t block) const override {
+    return block / kSampleRun % block_stride_ == 0;  // runs of consecutive blocks, as memory lies
+  }
+  /// Consecutive blocks a sample keeps together (neighbouring rows share table lines and DRAM
+  /// pages, so a sample of lone blocks would see sparser memory than the launch).
+  static constexpr std::int64_t kSampleRun = 8;
   /// Check and count one access; false when it must not be made (out of bounds).
   bool observe(const void* address, int bytes, Access access);
 
@@ -67,11 +72,13 @@ class Recorder final : public host::ThreadObserver {
   };
   struct RoundTrips {  // batches of loads waited for: of data, and of index arrays
     std::int64_t data = 0, index = 0;
+    std::int64_t phases = 0;  ///< phases with data loads (a phase's maximum: 0 or 1)
     void at_least(const RoundTrips& o) {
       data = o.data > data ? o.data : data;
       index = o.index > index ? o.index : index;
+      phases = o.data > 0 || phases > 0 ? 1 : 0;
     }
-    void add(const RoundTrips& o) { data += o.data, index += o.index; }
+    void add(const RoundTrips& o) { data += o.data, index += o.index, phases += o.phases; }
   };
   struct Shadow {  // per byte: the last writer and reader (-1: none; reader -2: several)
     std::int32_t writer = -1, writer_phase = 0;
@@ -125,7 +132,7 @@ class Recorder final : public host::ThreadObserver {
   std::vector<Shadow> shared_shadow_;
   std::int64_t sequence_ = 0;    ///< accesses of the current thread so far
   std::unordered_map<WarpKey, WarpAccess, WarpKeyHash> warp_accesses_;
-  std::unordered_set<std::uintptr_t> sectors_read_, sectors_written_;
+  std::unordered_set<std::uintptr_t> sectors_read_, sectors_written_, chunks_;
   std::int64_t accesses_ = 0, requested_ = 0, errors_ = 0;
   std::int64_t useful_bytes_ = 0, warp_sector_bytes_ = 0;  ///< of the blocks folded so far
   // Round trips: the current thread's in this phase, the most of any thread of this phase,
@@ -134,7 +141,7 @@ class Recorder final : public host::ThreadObserver {
   RoundTrips thread_trips_, phase_trips_, block_trips_, launch_trips_;
   std::int64_t block_ = -1;            ///< the block running (-1: none yet)
   bool block_accessed_ = false;
-  std::int64_t blocks_run_ = 0, load_batches_ = 0, loaded_bytes_ = 0, stored_bytes_ = 0;
+  std::int64_t blocks_observed_ = 0, blocks_run_ = 0, load_batches_ = 0, loaded_bytes_ = 0, stored_bytes_ = 0;
   std::vector<std::string> findings_;
 };
 

@@ -32,6 +32,7 @@ HostStream::HostStream(const HostStreamOptions& options, const KernelTable& kern
     : executor_(options.seed, options.threads),
       kernels_(&kernels),
       gpu_model_(options.gpu_model),
+      model_block_stride_(options.model_block_stride),
       model_stats_(std::make_shared<std::vector<kernels::gpu_model::LaunchStats>>()) {}
 
 void HostStream::set_footprint(const detail::Footprint& footprint) { footprint_ = footprint; }

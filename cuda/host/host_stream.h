@@ -63,6 +63,7 @@ class HostStream : public detail::StreamImpl {
   HostExecutor executor_;
   const KernelTable* kernels_;
   bool gpu_model_ = false;
+  std::int64_t model_block_stride_ = 1;
   detail::Footprint footprint_;
   std::shared_ptr<std::vector<kernels::gpu_model::LaunchStats>> model_stats_;
   bool capturing_ = false;
@@ -87,10 +88,10 @@ void HostStream::submit_launch(std::string kernel, void (*run)(const HostExecuto
     return;
   }
   check_launch_configuration(kernel, l.grid);  // what cudaLaunchKernel would refuse
-  submit([run, l, repeats, kernel = std::move(kernel), footprint = footprint_,
+  submit([run, l, repeats, kernel = std::move(kernel), footprint = footprint_, stride = model_block_stride_,
           stats = model_stats_](const HostExecutor& e) {
     for (int i = 0; i < repeats; ++i) {
-      kernels::gpu_model::Recorder recorder(kernel, footprint);
+      kernels::gpu_model::Recorder recorder(kernel, footprint, stride);
       kernels::gpu_model::run_recorded(recorder, e, [&](const HostExecutor& r) { run(r, l); });
       stats->push_back(recorder.stats());
       throw_model_findings(recorder);

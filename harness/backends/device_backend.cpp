@@ -22,10 +22,11 @@ std::function<void(const Call&)> on_stream(std::shared_ptr<Stream> stream, Op op
 
 }  // namespace
 
-Backend host_backend(std::uint64_t order_seed, HostMode mode) {
+Backend host_backend(std::uint64_t order_seed, HostMode mode, std::int64_t model_block_stride) {
   HostStreamOptions options;
   options.seed = order_seed;
   options.gpu_model = mode == HostMode::gpu_model;
+  options.model_block_stride = model_block_stride;
   auto stream = std::make_shared<Stream>(Stream::host(options));
   Backend b;
   b.name = mode == HostMode::gpu_model ? "host" : "host-fast";
@@ -42,7 +43,9 @@ Backend host_backend(std::uint64_t order_seed, HostMode mode) {
       stream, [](const KvSplitBackwardCall& c, Stream& s) { mlarope::kv_split_backward(c, s); });
   b.yarn_tables = on_stream<YarnTablesCall>(
       stream, [](const YarnTablesCall& c, Stream& s) { mlarope::yarn_tables(c, s); });
-  b.with_order_seed = [mode](std::uint64_t seed) { return host_backend(seed, mode); };
+  b.with_order_seed = [mode, model_block_stride](std::uint64_t seed) {
+    return host_backend(seed, mode, model_block_stride);
+  };
   b.take_model_stats = [stream] { return take_model_stats(*stream); };
   b.capture = [stream](const std::function<void()>& launches) -> std::function<void()> {
     stream->begin_capture();

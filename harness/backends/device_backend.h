@@ -16,8 +16,11 @@ enum class HostMode : std::uint8_t {
 
 /// The host backend: the kernel bodies on the CPU grid executor, with block and thread order
 /// drawn from `order_seed`. Host memory is its device memory, so calls run on the buffers
-/// given; it offers `with_order_seed` and `capture` (graph capture and replay).
-Backend host_backend(std::uint64_t order_seed = 0, HostMode mode = HostMode::gpu_model);
+/// given; it offers `with_order_seed` and `capture` (graph capture and replay). Under the GPU
+/// model, `model_block_stride` > 1 runs every n-th block only (HostStreamOptions): for the
+/// timing model's figures of full-size calls, not for checking.
+Backend host_backend(std::uint64_t order_seed = 0, HostMode mode = HostMode::gpu_model,
+                     std::int64_t model_block_stride = 1);
 
 /// The CUDA backend: every call copies the memory its views span to the device, runs there,
 /// and copies the outputs back (so it checks the kernels, not the transfer). Throws

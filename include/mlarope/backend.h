@@ -40,6 +40,10 @@ struct HostStreamOptions {
   /// races between threads) and counted (32-byte sectors per warp). A launch that breaks a
   /// rule throws mlarope::Error naming the kernel, block, thread, address and size.
   bool gpu_model = false;
+  /// Under the GPU model, run only every n-th block of each launch (1: every block): the
+  /// figures of a sample, for predicting the time of full-size calls cheaply (the checks then
+  /// see only the sampled blocks).
+  std::int64_t model_block_stride = 1;
 };
 
 /// What the GPU model of a host stream measured of one launch (HostStreamOptions::gpu_model).
@@ -57,12 +61,19 @@ struct ModelLaunchStats {
   // form a batch that can be in flight together; a load of an index array (cu_seqlens,
   // position ids, offsets) is a batch of its own, since its value decides the addresses that
   // follow. A block waits, phase by phase, for the thread with the most batches.
-  std::int64_t blocks_run = 0;         ///< blocks that made a global access
+  std::int64_t blocks_observed = 0;    ///< blocks the model ran (all, or a sample)
+  std::int64_t blocks_run = 0;         ///< of those, the blocks that made a global access
   std::int64_t round_trips = 0;        ///< over blocks, the critical path's batches of data loads
   std::int64_t index_round_trips = 0;  ///< over blocks, the critical path's index loads
+  std::int64_t load_phases = 0;        ///< over blocks, the phases in which a thread loaded data
   std::int64_t load_batches = 0;       ///< batches of data loads, over every thread
   std::int64_t loaded_bytes = 0;       ///< bytes of data loads (index loads not counted)
   std::int64_t stored_bytes = 0;
+  /// Distinct 1 KiB chunks of memory the launch's sectors lie in, and the bytes of those
+  /// distinct sectors (read or written): touched_bytes / (chunks x 1 KiB) is how densely the
+  /// launch uses the DRAM pages it opens (1: streaming; in-place rope of a 64-of-192 slice: 1/3).
+  std::int64_t dram_chunks = 0;
+  std::int64_t touched_bytes = 0;
 
   /// Distinct bytes asked for / bytes of the sectors fetched, over the warp accesses (1:
   /// perfectly coalesced; threads of a warp reading the same bytes count them once).
