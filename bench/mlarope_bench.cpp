@@ -1,6 +1,9 @@
 // Google Benchmark of every op on every host-memory backend (reference, host) at realistic
 // shapes, with the minimum traffic of each op, GB/s, and the fraction of the copy bandwidth
 // measured in the same run. `--full` runs the full set (T 1K..16K); the default is a smoke set.
+// On the host backend, the GPU model's figures and the timing model's H200 prediction of each
+// call (model_* counters) come beside the measurement, unless MLAROPE_BENCH_NO_MODEL is set
+// (ci/bench-compare.sh sets it: they take a few seconds a run and are no timing).
 // The JSON's context names the machine (host, CPU model, cores, copy bandwidth), so that a
 // stored baseline gates only the machine it was recorded on. `--compare A B` times two
 // backends interleaved in this process and applies the benchmark gate (reports/compare.h).
@@ -8,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -29,7 +33,7 @@
 #include "compare.h"
 #include "io/junit.h"
 #include "mlarope/error.h"
-#include "mlarope/host_convert.h"
+#include "mlarope/timing.h"
 #include "shapes.h"
 
 using namespace mlarope;
@@ -130,29 +134,50 @@ std::vector<std::unique_ptr<Fixture>>& fixtures_for(const Shape& shape, int sets
   return entry.fixtures;
 }
 
-// The host backend's GPU model on `op` at `shape` cut to 16 tokens (the per-row access pattern
-// is the same at any length; the model checks and counts every access, so it is slow): the
-// sector efficiency of the launches and their predicted DRAM bytes over the op's minimum.
-// Computed once per (op, shape).
-std::pair<double, double> model_figures(BenchOp op, const Shape& shape) {
-  static std::map<std::string, std::pair<double, double>> cache;
+// What the host backend's GPU model and the timing model (include/mlarope/timing.h) say of
+// `op` at `shape`, run on `fixture` (the full shape; a sample of runs of the launch's blocks,
+// so that it takes a moment): the sector efficiency, predicted DRAM bytes over the op's
+// minimum, and the time on an H200. Computed once per (op, shape).
+struct ModelFigures {
+  double sector_efficiency = 0, dram_fraction = 0;
+  TimePrediction h200;  ///< summed over the op's launches (one, for every op here)
+};
+
+const ModelFigures& model_figures(BenchOp op, const Shape& shape, Fixture& fixture) {
+  static std::map<std::string, ModelFigures> cache;
   const std::string key = to_string(op) + "/" + shape_label(shape);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  Shape small = shape;
-  small.tokens = 16;
-  if (small.layout == TokenLayout::thd) small.cu_seqlens = mixed_cu_seqlens(small.tokens);
-  Fixture fixture(small);
-  const harness::Backend model = harness::host_backend(0, harness::HostMode::gpu_model);
+  const harness::Backend model =
+      harness::host_backend(0, harness::HostMode::gpu_model, std::max<std::int64_t>(1, shape.tokens / 64));
   make_call(op, fixture, model)();
+  static const DeviceProfile h200 = device_profile("h200");
   ModelLaunchStats total;
+  ModelFigures f;
   for (const ModelLaunchStats& s : model.take_model_stats()) {
     total.useful_bytes += s.useful_bytes;
     total.warp_sector_bytes += s.warp_sector_bytes;
-    total.dram_bytes += s.dram_bytes;
+    const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, minimum_bytes(op, shape));
+    total.dram_bytes += static_cast<std::int64_t>(p.dram_bytes);
+    const double seconds = f.h200.seconds + p.seconds;
+    f.h200 = p;
+    f.h200.seconds = seconds;
   }
-  const auto figures = std::make_pair(
-      total.sector_efficiency(), static_cast<double>(total.dram_bytes) / static_cast<double>(minimum_bytes(op, small)));
-  return cache[key] = figures;
+  f.h200.floor_fraction = static_cast<double>(minimum_bytes(op, shape)) / h200.copy_bandwidth / f.h200.seconds;
+  f.sector_efficiency = total.sector_efficiency();
+  f.dram_fraction = static_cast<double>(total.dram_bytes) / static_cast<double>(minimum_bytes(op, shape));
+  return cache[key] = f;
+}
+
+// The timing model's counters of a prediction.
+void set_model_counters(benchmark::State& state, const TimePrediction& p) {
+  state.counters["model_floor_fraction"] = p.floor_fraction;
+  state.counters["model_time_us"] = p.seconds * 1e6;
+  if (p.occupancy.blocks_per_sm > 0) {
+    state.counters["model_blocks_per_sm"] = p.occupancy.blocks_per_sm;
+    state.counters["model_waves"] = p.waves;
+    state.counters["model_KiB_in_flight_per_sm"] = p.bytes_in_flight_per_sm / 1024;
+    state.counters["model_round_trips"] = p.round_trips_per_block;
+  }
 }
 
 void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend backend) {
@@ -171,10 +196,12 @@ void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend b
   std::size_t next = 0;
   const double seconds = timed_loop(state, [&] { calls[next++ % calls.size()](); });
   set_counters(state, bytes, seconds);
-  if (backend.name == "host") {  // what the same kernels would do on a GPU, by the model
-    const auto [efficiency, dram_fraction] = model_figures(op, shape);
-    state.counters["model_sector_efficiency"] = efficiency;
-    state.counters["model_dram_fraction"] = dram_fraction;
+  static const bool with_model = std::getenv("MLAROPE_BENCH_NO_MODEL") == nullptr;
+  if (backend.name == "host" && with_model) {  // what the same kernels would do on a GPU, by the models
+    const ModelFigures& f = model_figures(op, shape, *fixtures.front());
+    state.counters["model_sector_efficiency"] = f.sector_efficiency;
+    state.counters["model_dram_fraction"] = f.dram_fraction;
+    set_model_counters(state, f.h200);
   }
 }
 
@@ -190,6 +217,7 @@ void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
     parallel_copy(dst.data() + offset, src.data() + offset, bytes / 2);
   });
   set_counters(state, bytes, seconds);
+  set_model_counters(state, predict_copy_time(bytes, device_profile("h200")));  // a GPU's copy
 }
 
 // rope_inplace's access pattern with next to no arithmetic: each head's rope slice (a short

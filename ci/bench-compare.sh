@@ -61,7 +61,7 @@ measure() {  # measure PREFIX FILTER
   local prefix=$1 regex=$2 r side
   for ((r = 1; r <= rounds; r++)); do
     for side in $(shuf -e base change); do
-      "$(bench_of "$side")" --benchmark_filter="$regex" --benchmark_repetitions=1 \
+      MLAROPE_BENCH_NO_MODEL=1 "$(bench_of "$side")" --benchmark_filter="$regex" --benchmark_repetitions=1 \
         --benchmark_min_time="$min_time" --benchmark_out="$out/$prefix$side-$r.json" \
         --benchmark_out_format=json >"$out/$prefix$side-$r.txt" 2>&1 ||
         { echo "bench-compare: $side's mlarope_bench failed (round $r):" >&2; tail -n 20 "$out/$prefix$side-$r.txt" >&2; exit 2; }

@@ -276,6 +276,11 @@ std::vector<BenchResult> parse_benchmarks(const json& j, const std::string& wher
     r.bytes = number_or(b, "bytes", 0);
     r.model_sector_efficiency = number_or(b, "model_sector_efficiency", NAN);
     r.model_dram_fraction = number_or(b, "model_dram_fraction", NAN);
+    r.model_floor_fraction = number_or(b, "model_floor_fraction", NAN);
+    r.model_time_us = number_or(b, "model_time_us", NAN);
+    r.model_blocks_per_sm = number_or(b, "model_blocks_per_sm", NAN);
+    r.model_waves = number_or(b, "model_waves", NAN);
+    r.model_kib_in_flight = number_or(b, "model_KiB_in_flight_per_sm", NAN);
     results.push_back(r);
   }
   return results;
@@ -316,6 +321,19 @@ static std::string gate_html(const GateResult& gate) {
   h << "</table>";
   if (!gate.note.empty()) h << "<p>" << escape(gate.note) << "</p>";
   return h.str() + "\n";
+}
+
+// `x` with `digits` decimals and `unit`, or "" when it is NaN (a figure a run did not have).
+static std::string maybe(double x, int digits, const char* unit = "") {
+  return std::isnan(x) ? "" : fixed(x, digits) + unit;
+}
+
+// The timing model's fraction for a copy of the same bytes as `r` (the op/copy row of its
+// shape, where the run has one), else NaN.
+static double predicted_copy(const std::vector<BenchResult>& bench, const BenchResult& r) {
+  for (const BenchResult& c : bench)
+    if (c.backend == "copy" && c.op == r.op && c.shape == r.shape) return c.model_floor_fraction;
+  return NAN;
 }
 
 // One result per (op, shape) that carries the GPU model's figures, in op and shape order.
@@ -366,11 +384,16 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
   }
   const auto model = model_rows(bench);
   if (!model.empty()) {
-    md << "## GPU model (host backend, 16 tokens of each shape)\n\n"
-          "| op | shape | sector efficiency | predicted DRAM / minimum |\n|---|---|---|---|\n";
-    for (const BenchResult* r : model)
+    md << "## GPU model and timing model (host backend; predicted on an H200)\n\n"
+          "| op | shape | sector efficiency | DRAM / minimum | H200 time | fraction of floor | copy of the same bytes "
+          "| blocks/SM | waves | KiB in flight/SM |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const BenchResult* r : model) {
+      const double copy = predicted_copy(bench, *r);
       md << "| " << r->op << " | " << r->shape << " | " << fixed(r->model_sector_efficiency, 2) << " | "
-         << fixed(r->model_dram_fraction, 2) << " |\n";
+         << fixed(r->model_dram_fraction, 2) << " | " << maybe(r->model_time_us, 1, " us") << " | "
+         << maybe(r->model_floor_fraction, 2) << " | " << maybe(copy, 2) << " | " << maybe(r->model_blocks_per_sm, 0)
+         << " | " << maybe(r->model_waves, 2) << " | " << maybe(r->model_kib_in_flight, 1) << " |\n";
+    }
     md << "\n";
   }
   if (gate) md << gate_markdown(*gate);
@@ -461,16 +484,21 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
   }
   const auto model = model_rows(bench);
   if (!model.empty()) {
-    h << "<h2>GPU model</h2><p>The host backend's model of a GPU on 16 tokens of each shape: "
-         "sector efficiency = distinct bytes the threads of a warp ask for / bytes of the 32-byte "
-         "sectors that access touches (1 = coalesced); predicted DRAM = distinct sectors touched "
-         "x 32 bytes, over the minimum bytes of the op (each input read once, each output "
-         "written once).</p>\n<table><tr><th>op</th><th>shape</th><th>sector efficiency</th>"
-         "<th>predicted DRAM / minimum</th></tr>\n";
+    h << "<h2>GPU model and timing model</h2><p>The host backend's model of a GPU on each shape (a sample "
+         "of each launch's blocks): sector efficiency = distinct bytes the threads of a warp ask for / bytes of "
+         "the 32-byte sectors that access touches (1 = coalesced); DRAM = distinct sectors touched x 32 bytes, "
+         "over the op's minimum bytes. The timing model's prediction on an H200 (include/mlarope/timing.h, "
+         "fitted to the H200's measurements): the time of one call, its fraction of the copy floor, the same for a "
+         "copy of the op's bytes, resident blocks per SM, waves and bytes in flight per SM.</p>\n"
+         "<table><tr><th>op</th><th>shape</th><th>sector efficiency</th><th>DRAM / minimum</th>"
+         "<th>H200 time</th><th>fraction of floor</th><th>copy</th><th>blocks/SM</th><th>waves</th>"
+         "<th>KiB in flight/SM</th></tr>\n";
     for (const BenchResult* r : model)
       h << "<tr><td>" << escape(r->op) << "</td><td>" << escape(r->shape) << "</td><td>"
-        << fixed(r->model_sector_efficiency, 3) << "</td><td>" << fixed(r->model_dram_fraction, 3)
-        << "</td></tr>\n";
+        << fixed(r->model_sector_efficiency, 3) << "</td><td>" << fixed(r->model_dram_fraction, 3) << "</td><td>"
+        << maybe(r->model_time_us, 1, " us") << "</td><td>" << maybe(r->model_floor_fraction, 2) << "</td><td>"
+        << maybe(predicted_copy(bench, *r), 2) << "</td><td>" << maybe(r->model_blocks_per_sm, 0) << "</td><td>"
+        << maybe(r->model_waves, 2) << "</td><td>" << maybe(r->model_kib_in_flight, 1) << "</td></tr>\n";
     h << "</table>\n";
   }
   h << kernel_resources_html(kernels);

@@ -14,7 +14,11 @@ namespace {
 json bench_json(double host_fraction) {
   return json::parse(R"({"context": {}, "benchmarks": [
     {"name": "rope/host/dsv3/sbhd/T1024/bf16/real_time", "run_type": "iteration", "real_time": 2.5,
-     "time_unit": "ms", "GBps": 20.0, "floor_fraction": )" + std::to_string(host_fraction) + R"(, "bytes": 5e7},
+     "time_unit": "ms", "GBps": 20.0, "floor_fraction": )" + std::to_string(host_fraction) + R"(, "bytes": 5e7,
+     "model_sector_efficiency": 1.0, "model_dram_fraction": 1.0, "model_floor_fraction": 0.5,
+     "model_time_us": 47.6, "model_blocks_per_sm": 6, "model_waves": 1.29, "model_KiB_in_flight_per_sm": 14.0},
+    {"name": "rope/copy/dsv3/sbhd/T1024/bf16/real_time", "run_type": "iteration", "real_time": 1.5,
+     "time_unit": "ms", "GBps": 30.0, "floor_fraction": 0.9, "bytes": 5e7, "model_floor_fraction": 0.87},
     {"name": "rope/reference/dsv3/sbhd/T1024/bf16/real_time", "run_type": "iteration", "real_time": 40000,
      "time_unit": "us", "GBps": 1.2, "floor_fraction": 0.04, "bytes": 5e7},
     {"name": "rope/host/dsv3/sbhd/T1024/bf16/real_time_mean", "run_type": "aggregate", "real_time": 1,
@@ -23,12 +27,19 @@ json bench_json(double host_fraction) {
 
 TEST(Report, ParsesMlaropeBenchNamesAndUnits) {
   const auto results = parse_benchmarks(bench_json(0.5), "b.json");
-  ASSERT_EQ(results.size(), 2u);  // the aggregate is skipped
+  ASSERT_EQ(results.size(), 3u);  // the aggregate is skipped
   EXPECT_EQ(results[0].op, "rope");
   EXPECT_EQ(results[0].backend, "host");
   EXPECT_EQ(results[0].shape, "dsv3/sbhd/T1024/bf16");
   EXPECT_DOUBLE_EQ(results[0].floor_fraction, 0.5);
-  EXPECT_DOUBLE_EQ(results[1].time_ms, 40.0);
+  EXPECT_DOUBLE_EQ(results[2].time_ms, 40.0);
+  EXPECT_DOUBLE_EQ(results[0].model_time_us, 47.6);
+}
+
+TEST(Report, SummaryShowsTheTimingModelsPredictionBesideTheSectorFigures) {
+  const std::string md = markdown_summary(parse_benchmarks(bench_json(0.5), "b.json"), {}, nullptr);
+  EXPECT_NE(md.find("| rope | dsv3/sbhd/T1024/bf16 | 1.00 | 1.00 | 47.6 us | 0.50 | 0.87 | 6 | 1.29 | 14.0 |"),
+            std::string::npos) << md;
 }
 
 TEST(Report, RejectsJsonThatIsNotABenchmarkOutput) {
@@ -107,7 +118,7 @@ TEST(Report, SummaryAndPageShowBenchmarksFuzzCountsFailuresAndGate) {
   const json run = repeated_run(0.5, 9);
   const GateResult gate = gate_of(run, run);
   const std::string md = markdown_summary(results, {{"fuzz.json", fuzz}}, &gate);
-  EXPECT_NE(md.find("| rope | dsv3/sbhd/T1024/bf16 | 20.0 GB/s, 0.50 | 1.2 GB/s, 0.04 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| rope | dsv3/sbhd/T1024/bf16 | 30.0 GB/s, 0.90 | 20.0 GB/s, 0.50 | 1.2 GB/s, 0.04 |"), std::string::npos) << md;
   EXPECT_NE(md.find("1200 cases (300 cases/s) on host, 1 failure"), std::string::npos) << md;
   EXPECT_NE(md.find("mlarope check fuzz/failures/case_0001"), std::string::npos);
   EXPECT_NE(md.find("**pass**"), std::string::npos);

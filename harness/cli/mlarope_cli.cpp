@@ -18,6 +18,7 @@
 #include "checks/yarn_check.h"
 #include "fuzz/fuzz.h"
 #include "mlarope/error.h"
+#include "mlarope/timing.h"
 #include "reference.h"
 #include "report_command.h"
 #include "checks/tolerance.h"
@@ -90,14 +91,22 @@ struct RunOptions {
   std::string out_dir;
 };
 
-// What the host backend's GPU model measured: per launch, the grid and the sector efficiency;
-// for the call, the predicted DRAM bytes against the minimum of the performance model.
+// What the host backend's GPU model measured: per launch, the grid, the sector efficiency and
+// the time the timing model predicts on an H200; for the call, the predicted DRAM bytes
+// against the minimum of the performance model.
 void print_model_stats(const std::vector<ModelLaunchStats>& launches, std::int64_t minimum) {
   std::int64_t dram = 0;
+  const DeviceProfile h200 = device_profile("h200");
   for (const ModelLaunchStats& s : launches) {
     std::cout << "  GPU model: " << s.kernel << ", grid " << s.blocks << " x " << s.threads
               << ", sector efficiency " << std::setprecision(3) << s.sector_efficiency() << "\n";
     dram += s.dram_bytes;
+    if (cuda_kernel_of(s.kernel).empty()) continue;
+    const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, s.dram_bytes);
+    std::cout << "  timing model (" << h200.name << "): " << std::setprecision(3) << p.seconds * 1e6 << " us, "
+              << p.occupancy.blocks_per_sm << " blocks/SM (" << p.occupancy.limit << "), " << p.waves << " waves, "
+              << p.round_trips_per_block << " round trips a block, " << p.bytes_in_flight_per_sm / 1024
+              << " KiB in flight an SM, " << p.limit << " bound\n";
   }
   if (launches.empty() || minimum <= 0) return;
   std::cout << "  GPU model: predicted DRAM " << dram << " bytes = " << std::setprecision(3)

@@ -59,21 +59,22 @@ struct FuzzFailure {
   std::vector<std::pair<std::string, std::string>> checks;  ///< (check, message) that failed
 };
 
-/// What the host backend's GPU model measured of one kernel over a run.
+/// What the host backend's GPU model measured of one kernel over a run, and what the timing
+/// model predicts of its launches on an H200.
 struct ModelTally {
   std::int64_t launches = 0;
   std::int64_t useful_bytes = 0, warp_sector_bytes = 0, dram_bytes = 0;
-  void add(const ModelLaunchStats& s) {
-    ++launches;
-    useful_bytes += s.useful_bytes;
-    warp_sector_bytes += s.warp_sector_bytes;
-    dram_bytes += s.dram_bytes;
-  }
+  double round_trips = 0;        ///< per block, summed over the launches
+  double predicted_seconds = 0;  ///< on an H200, summed over the launches
+  /// Count one launch (and predict its time where a CUDA kernel runs it).
+  void add(const ModelLaunchStats& s);
   void merge(const ModelTally& o) {
     launches += o.launches;
     useful_bytes += o.useful_bytes;
     warp_sector_bytes += o.warp_sector_bytes;
     dram_bytes += o.dram_bytes;
+    round_trips += o.round_trips;
+    predicted_seconds += o.predicted_seconds;
   }
   /// Distinct bytes asked for / sector bytes fetched, over every warp access of the kernel.
   double sector_efficiency() const {

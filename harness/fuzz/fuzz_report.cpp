@@ -6,6 +6,7 @@
 
 #include "fuzz/fuzz.h"
 #include "mlarope/error.h"
+#include "mlarope/timing.h"
 
 namespace mlarope::harness {
 namespace {
@@ -45,6 +46,18 @@ void FuzzStats::merge(const FuzzStats& other) {
   failures.insert(failures.end(), other.failures.begin(), other.failures.end());
   std::sort(failures.begin(), failures.end(),
             [](const FuzzFailure& a, const FuzzFailure& b) { return a.index < b.index; });
+}
+
+void ModelTally::add(const ModelLaunchStats& s) {
+  ++launches;
+  useful_bytes += s.useful_bytes;
+  warp_sector_bytes += s.warp_sector_bytes;
+  dram_bytes += s.dram_bytes;
+  if (cuda_kernel_of(s.kernel).empty()) return;
+  static const DeviceProfile h200 = device_profile("h200");
+  const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, s.dram_bytes);
+  round_trips += p.round_trips_per_block;
+  predicted_seconds += p.seconds;
 }
 
 nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
@@ -96,7 +109,8 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   for (const auto& [kernel, t] : s.model)
     model[kernel] = {{"launches", t.launches}, {"sector_efficiency", t.sector_efficiency()},
                      {"useful_bytes", t.useful_bytes}, {"warp_sector_bytes", t.warp_sector_bytes},
-                     {"dram_bytes", t.dram_bytes}};
+                     {"dram_bytes", t.dram_bytes}, {"round_trips", t.round_trips},
+                     {"predicted_h200_seconds", t.predicted_seconds}};
   if (!s.model.empty()) j["gpu_model"] = model;
   const SupportTally support = support_tally(s);
   j["support"] = {{"combinations", support.combinations},
@@ -144,7 +158,8 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
     if (j.contains("gpu_model"))
       for (const auto& [kernel, t] : j.at("gpu_model").items())
         s.model[kernel] = {t.value("launches", std::int64_t{0}), t.value("useful_bytes", std::int64_t{0}),
-                           t.value("warp_sector_bytes", std::int64_t{0}), t.value("dram_bytes", std::int64_t{0})};
+                           t.value("warp_sector_bytes", std::int64_t{0}), t.value("dram_bytes", std::int64_t{0}),
+                           t.value("round_trips", 0.0), t.value("predicted_h200_seconds", 0.0)};
     if (j.contains("support")) {
       const nlohmann::json& support = j.at("support");
       if (support.contains("by_combination")) support.at("by_combination").get_to(s.combinations);
@@ -213,12 +228,12 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
     out << "\n";
   }
   if (!s.model.empty()) {
-    out << "  GPU model, sector efficiency per kernel (launches):";
+    out << "  GPU model, sector efficiency per kernel (launches; H200 us a launch, timing model):";
     int shown = 0;
     for (const auto& [kernel, t] : s.model) {
-      char item[128];
-      std::snprintf(item, sizeof item, "%s %.2f (%lld)", kernel.c_str(), t.sector_efficiency(),
-                    static_cast<long long>(t.launches));
+      char item[160];
+      std::snprintf(item, sizeof item, "%s %.2f (%lld; %.1f us)", kernel.c_str(), t.sector_efficiency(),
+                    static_cast<long long>(t.launches), t.launches > 0 ? 1e6 * t.predicted_seconds / t.launches : 0.0);
       out << (shown++ % 3 == 0 ? "\n    " : ", ") << item;
     }
     out << "\n";
