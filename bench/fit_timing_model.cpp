@@ -8,6 +8,9 @@
 //
 //   fit_timing_model [--devices DIR] [--carveout KIB] [--write]
 //     DIR: cuda/host/devices of the source tree; --carveout: fit with this carveout only
+//   fit_timing_model --record [--devices DIR]
+//     run this build's kernels under the GPU model and record their figures in the calibration
+//     rows: only while the kernels are the ones the rows measured
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -89,18 +92,25 @@ std::string g(double x) {
 
 int main(int argc, char** argv) {
   std::string devices = std::string(MLAROPE_SOURCE_DIR) + "/cuda/host/devices";
-  bool write = false;
+  bool write = false, record = false;
   std::vector<int> carveouts = {8, 16, 32, 64, 100, 132, 164, 196, 228};  // sm_90's, KiB
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--write")) write = true;
+    else if (!std::strcmp(argv[i], "--record")) record = true;
     else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) devices = argv[++i];
     else if (!std::strcmp(argv[i], "--carveout") && i + 1 < argc) carveouts = {std::atoi(argv[++i])};
     else {
-      std::fprintf(stderr, "usage: fit_timing_model [--devices DIR] [--carveout KIB] [--write]\n");
+      std::fprintf(stderr, "usage: fit_timing_model [--devices DIR] [--carveout KIB] [--write] | --record\n");
       return 2;
     }
   }
   try {
+    if (record) {
+      record_calibration_model(devices);
+      std::printf("recorded the model's figures of this build's kernels in %s/h200.calibration.json\n",
+                  devices.c_str());
+      return 0;
+    }
     const std::vector<CalibrationRow> rows = calibration_rows(devices);
     const DeviceProfile start = device_profile("h200");
     DeviceProfile best = start;
