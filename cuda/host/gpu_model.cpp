@@ -51,9 +51,14 @@ Recorder::Recorder(std::string kernel, const detail::Footprint& footprint, std::
 }
 
 Recorder::Shadow& Recorder::global_shadow(std::uintptr_t address) {
-  std::unique_ptr<Shadow[]>& page = shadow_pages_[address >> kShadowPageBits];
-  if (!page) page = std::make_unique<Shadow[]>(std::size_t{1} << kShadowPageBits);
-  return page[address & ((std::uintptr_t{1} << kShadowPageBits) - 1)];
+  const std::uintptr_t number = address >> kShadowPageBits;
+  PageSlot& slot = page_cache_[number % kPageCache];  // most accesses land on a recent page
+  if (slot.page == nullptr || slot.number != number) {
+    std::unique_ptr<Shadow[]>& page = shadow_pages_[number];
+    if (!page) page = std::make_unique<Shadow[]>(std::size_t{1} << kShadowPageBits);
+    slot = {number, page.get()};
+  }
+  return slot.page[address & ((std::uintptr_t{1} << kShadowPageBits) - 1)];
 }
 
 // Disjoint intervals of the footprint, each with the uses of the tensors covering it: a sweep
@@ -238,8 +243,8 @@ void Recorder::count(std::uintptr_t address, int bytes, Access access, bool inde
   const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
   warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, phase_, sequence_++}].ranges.emplace_back(address, end);
   auto& sectors = access == Access::store ? sectors_written_ : sectors_read_;
-  for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s) sectors.insert(s);
-  for (std::uintptr_t c = address / kChunk; c <= (end - 1) / kChunk; ++c) chunks_.insert(c);
+  for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s)
+    if (sectors.insert(s).second) chunks_.insert(s * kSector / kChunk);  // a new sector's chunk
 }
 
 namespace {

@@ -124,6 +124,12 @@ class Recorder final : public host::ThreadObserver {
   /// Global bytes' shadows by page (address >> kShadowPageBits), allocated when a byte of the
   /// page is first accessed: the model's memory grows with what the launch touches.
   std::unordered_map<std::uintptr_t, std::unique_ptr<Shadow[]>> shadow_pages_;
+  struct PageSlot {  // a page recently looked up
+    std::uintptr_t number = 0;
+    Shadow* page = nullptr;
+  };
+  static constexpr std::size_t kPageCache = 64;
+  PageSlot page_cache_[kPageCache];
   std::int64_t block_stride_ = 1;
   GridCoord coord_;
   std::int32_t thread_id_ = 0;   ///< block * threads + thread (launches of < 2^31 threads)
