@@ -8,6 +8,8 @@
 #include <random>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "io/case_file.h"
 #include "io/npy.h"
 #include "failure.h"
@@ -250,14 +252,89 @@ TEST(Cli, InvalidMetadataExitsWithStatusFour) {
     for (const std::string command : {"run", "check"}) {
       const Result r = mlarope(command + " " + bad.string() + " --backend " + backend, tmp);
       EXPECT_EQ(r.status, 4) << command << " " << backend << "\n" << r.out << r.err;
-      EXPECT_NE(r.out.find("device status word"), std::string::npos) << r.out;
-      EXPECT_NE(r.out.find("divisible"), std::string::npos) << r.out;
+      EXPECT_NE(r.err.find("device status word"), std::string::npos) << r.err;  // a diagnostic
+      EXPECT_NE(r.err.find("divisible"), std::string::npos) << r.err;
+      EXPECT_EQ(r.out.find("device status word"), std::string::npos) << r.out;
     }
     const Result ok = mlarope("run " + example.string() + " --backend " + backend, tmp);
     EXPECT_EQ(ok.status, 0) << backend << "\n" << ok.out << ok.err;
   }
   const Result help = mlarope("--help", tmp);
   EXPECT_NE(help.out.find("4 (run, check)"), std::string::npos) << help.out;
+}
+
+}  // namespace
+
+namespace {
+
+// Every subcommand writes its results to stdout and its diagnostics (why the exit status is not
+// 0, progress, errors) to stderr, so that stdout can be a pipe of results.
+TEST(Cli, DiagnosticsGoToStderrAndResultsToStdout) {
+  TempDir tmp;
+  // run: outputs off their expected values -> exit 3; the comparison is a result, the verdict not.
+  const fs::path example = fs::path(MLAROPE_SOURCE_DIR) / "examples" / "mla_rope_sbhd_f16";
+  ASSERT_TRUE(fs::exists(example / "case.json")) << example;
+  const fs::path off = tmp.path() / "off";
+  fs::copy(example, off);
+  npy::Array expected = npy::read(off / "expected_out.npy");
+  for (std::int64_t i = 0; i < expected.size(); ++i) expected.data<double>()[i] += 1.0;
+  npy::write(off / "expected_out.npy", expected);
+  Result r = mlarope("run " + off.string() + " --backend reference", tmp);
+  EXPECT_EQ(r.status, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("vs expected_out.npy"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("differ from expected"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("differ from expected"), std::string::npos) << r.out;
+  // fuzz: a failing run -> exit 1; the summary on stdout, the failures' verdict and progress on stderr.
+  const fs::path fuzz = tmp.path() / "fuzz";
+  r = mlarope("fuzz --seconds 6 --backend broken:dropped_inverse --out " + fuzz.string(), tmp);
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("mlarope fuzz:"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("failing case(s)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cases/s"), std::string::npos) << "no progress line on stderr: " << r.err;
+  EXPECT_EQ(r.out.find("failing case(s), written"), std::string::npos) << r.out;
+  // check: a failing check -> exit 1; each check's line on stdout, the failed ones named on stderr.
+  fs::path failure;
+  for (const auto& entry : fs::directory_iterator(fuzz / "failures")) failure = entry.path();
+  ASSERT_FALSE(failure.empty());
+  r = mlarope("check " + failure.string() + " --backend broken:dropped_inverse", tmp);
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("failed: "), std::string::npos) << r.err;
+  // compare and report: a slower change -> exit 1; the table on stdout, the verdict on stderr.
+  nlohmann::json base = {{"context", {{"host_name", "m"}, {"num_cpus", 2}, {"cpu_model", "c"}, {"copy_GBps", "30"}}},
+                         {"benchmarks", nlohmann::json::array()}};
+  nlohmann::json slow = base;
+  for (int i = 0; i < 9; ++i) {
+    nlohmann::json b = {{"name", "rope/host/s/real_time"}, {"run_type", "iteration"}, {"real_time", 1.0},
+                        {"time_unit", "ms"}, {"floor_fraction", 0.8 + 0.001 * i}};
+    base["benchmarks"].push_back(b);
+    b["floor_fraction"] = 0.4 + 0.001 * i;
+    slow["benchmarks"].push_back(b);
+  }
+  std::ofstream(tmp.path() / "base.json") << base.dump();
+  std::ofstream(tmp.path() / "slow.json") << slow.dump();
+  r = mlarope("compare --base " + (tmp.path() / "base.json").string() + " --change " +
+                  (tmp.path() / "slow.json").string() + " --out " + (tmp.path() / "cmp").string(),
+              tmp);
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("**SLOWER**"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("SLOWER (exit status 1)"), std::string::npos) << r.err;
+  r = mlarope("report " + (tmp.path() / "slow.json").string() + " --baseline " + (tmp.path() / "base.json").string() +
+                  " --out " + (tmp.path() / "rep").string(),
+              tmp);
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("# mlarope report"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("SLOWER (exit status 1)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("exit status 1"), std::string::npos) << r.out;
+  // yarn: the tables on stdout; a bad parameter one error line on stderr, nothing on stdout.
+  r = mlarope("yarn --rows 8 --emb-dim 8 --out " + (tmp.path() / "yarn").string(), tmp);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("yarn: cos.npy"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");
+  r = mlarope("yarn --rows 8 --emb-dim 7 --out " + (tmp.path() / "yarn2").string(), tmp);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err_lines(), 1) << r.err;
 }
 
 }  // namespace

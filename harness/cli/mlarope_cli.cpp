@@ -42,10 +42,12 @@ constexpr const char* kExitStatuses =
     "device status word reports invalid metadata (SPEC.md §5: bad cu_seqlens, a sequence length "
     "not divisible by 2 * cp_size, or a freq_row outside the table).";
 
-// The status word of a call that ran: ok, or a line saying what is wrong and kExitDeviceStatus.
+// The status word of a call that ran: ok, or a line on stderr saying what is wrong and
+// kExitDeviceStatus. Diagnostics (why the exit status is not 0, progress, errors) go to stderr
+// in every subcommand; stdout carries the results, so it can be a pipe.
 int status_exit(DeviceStatus status) {
   if (status == kStatusOk) return 0;
-  std::cout << "  device status word: " << describe_status(status)
+  std::cerr << "  device status word: " << describe_status(status)
             << ": the case's metadata is invalid (exit status " << kExitDeviceStatus << ")\n";
   return kExitDeviceStatus;
 }
@@ -149,7 +151,7 @@ int run_command(const RunOptions& o) {
     std::cout << "\n";
   }
   if (is_reference && worse_than_one_ulp) {
-    std::cout << "  " << worse_than_one_ulp << " output(s) differ from expected by more than 1 ulp\n";
+    std::cerr << "  " << worse_than_one_ulp << " output(s) differ from expected by more than 1 ulp\n";
     return kExitOffExpected;
   }
   if (!is_reference && expected_arrays.size() == outputs.arrays.size() && !expected_arrays.empty()) {
@@ -158,12 +160,22 @@ int run_command(const RunOptions& o) {
               << t.checked << " elements";
     if (!t.ok()) std::cout << ", " << t.violations << " outside, first " << t.first_violation;
     std::cout << "\n";
-    if (!t.ok()) return kExitOffExpected;
+    if (!t.ok()) {
+      std::cerr << "  " << t.violations << " element(s) outside the tolerance model\n";
+      return kExitOffExpected;
+    }
   }
   return status_exit(outputs.status);
 }
 
 // --- report ------------------------------------------------------------------------------------
+
+// A gate's exit status, said on stderr when it is not a pass.
+int gate_exit(const char* command, int status) {
+  if (status == 1) std::cerr << "mlarope " << command << ": a benchmark is SLOWER (exit status 1)\n";
+  if (status == 3) std::cerr << "mlarope " << command << ": the gate cannot decide, a benchmark is UNKNOWN (exit status 3)\n";
+  return status;
+}
 
 // The gate's settings, shared by report and compare.
 void add_gate_options(CLI::App* cmd, reports::GateOptions& gate) {
@@ -259,6 +271,16 @@ CheckOptions options_in(const fs::path& dir) {
 // mlarope check: every check on one case, one line per check.
 // One line per check and the counts; false (after saying so) when the backend declined the
 // case, which is counted apart: a declined case is not a failure.
+// kExitCheckFailed, after a line on stderr naming the failed checks.
+int failed_checks(const CheckReport& report) {
+  if (report.ok()) return 0;
+  std::string names;
+  for (const CheckResult& r : report.results)
+    if (r.outcome == Outcome::fail) names += (names.empty() ? "" : ", ") + std::string(to_string(r.check));
+  std::cerr << "  failed: " << names << "\n";
+  return kExitCheckFailed;
+}
+
 bool print_report(const CheckReport& report, const Backend& backend) {
   if (!report.unsupported.empty()) {
     std::cout << "  not supported by " << backend.name << ": " << report.unsupported << " (no check ran)\n";
@@ -287,7 +309,7 @@ int check_yarn_command(const CheckCommandOptions& o) {
   std::cout << o.case_dir << ": " << describe(c) << "\n  backend " << backend.name << "\n";
   const CheckReport report = check_yarn(c, backend);
   if (!print_report(report, backend)) return 0;
-  return report.ok() ? 0 : kExitCheckFailed;
+  return failed_checks(report);
 }
 
 int check_command(const CheckCommandOptions& o) {
@@ -307,7 +329,7 @@ int check_command(const CheckCommandOptions& o) {
             << "; seed " << options.seed << "\n";
   const CheckReport report = run_checks(c, backend, options);
   if (!print_report(report, backend)) return 0;
-  if (!report.ok()) return kExitCheckFailed;
+  if (!report.ok()) return failed_checks(report);
   return status_exit(report.status);
 }
 
@@ -345,12 +367,16 @@ int fuzz_command(FuzzCommandOptions o) {
     return 0;
   }
   o.fuzz.out = o.fuzz.shard.count > 1 ? fs::path(o.out) / shard_folder(o.fuzz.shard) : fs::path(o.out);
-  const bool tty = isatty(fileno(stdout)) != 0;
-  const FuzzStats stats = run_fuzz(o.fuzz, std::cout, tty);
+  // Progress on stderr: stdout carries the summary only, for pipes and scripts.
+  const bool tty = isatty(fileno(stderr)) != 0;
+  const FuzzStats stats = run_fuzz(o.fuzz, std::cerr, tty);
   FuzzOptions shown = o.fuzz;
   if (shown.ops.empty()) shown.ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
   std::cout << summary(stats, shown);
-  return stats.failing_cases == 0 ? 0 : kExitCheckFailed;
+  if (stats.failing_cases == 0) return 0;
+  std::cerr << "mlarope fuzz: " << stats.failing_cases << " failing case(s), written under "
+            << (o.fuzz.out / "failures").string() << "\n";
+  return kExitCheckFailed;
 }
 
 void add_run(CLI::App& app, RunOptions& run) {
@@ -524,8 +550,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("run")) return run_command(run);
     if (app.got_subcommand("check")) return check_command(check);
     if (app.got_subcommand("fuzz")) return fuzz_command(fuzz);
-    if (app.got_subcommand("report")) return reports::report_command(report);
-    if (app.got_subcommand("compare")) return reports::compare_command(compare);
+    if (app.got_subcommand("report")) return gate_exit("report", reports::report_command(report));
+    if (app.got_subcommand("compare")) return gate_exit("compare", reports::compare_command(compare));
     if (app.got_subcommand("yarn")) return yarn_command(yarn);
   } catch (const std::exception& e) {
     std::cerr << "mlarope: error: " << e.what() << "\n";
