@@ -377,6 +377,64 @@ int run_compare(const harness::Backend& a, const harness::Backend& b, bool full,
 
 // A backend by name: "host" is the fast mode (the GPU model is for the checks), "reference",
 // or "plugin:PATH.so"; throws mlarope::Error for other names.
+// The shape of a THD call with many short sequences (70,000 of 2 rows, one head of emb_dim 4,
+// f32): where a THD grid's gate (every block reads every sequence) weighs most.
+Shape many_sequences_shape() {
+  Shape s;
+  s.model = "packed";
+  s.layout = TokenLayout::thd;
+  s.tokens = 140000;
+  s.heads = 1;
+  s.emb_dim = 4;
+  s.dtype = DType::f32;
+  for (std::int32_t i = 0; i <= 70000; ++i) s.cu_seqlens.push_back(2 * i);
+  return s;
+}
+
+// Seconds of one call of `call`.
+double seconds_of(const std::function<void()>& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `--model-cost`: what the checking mode costs. For every op and shape of the set, and rope on
+// many_sequences_shape(), one call under the host backend's GPU model (every block, every
+// access checked) against the fast mode (the median of 5 calls after one), with the model's
+// state and index loads; a Markdown table on stdout. Exit status 1 when a call's model time
+// is more than `limit` times its fast time.
+int run_model_cost(bool full, double limit) {
+  const harness::Backend fast = harness::host_backend(0, harness::HostMode::fast);
+  const harness::Backend model = harness::host_backend(0, harness::HostMode::gpu_model, 1);
+  std::vector<std::pair<BenchOp, Shape>> cases;
+  for (const Shape& shape : bench_shapes(full))
+    for (BenchOp op : kOps) cases.emplace_back(op, shape);
+  cases.emplace_back(BenchOp::rope, many_sequences_shape());
+  std::printf("| op | shape | fast ms | model ms | model / fast | model state MiB | op's bytes MiB | index loads |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|\n");
+  int status = 0;
+  for (const auto& [op, shape] : cases) {
+    Fixture fixture(shape);
+    const std::function<void()> fast_call = make_call(op, fixture, fast);
+    fast_call();
+    std::vector<double> times;
+    for (int i = 0; i < 5; ++i) times.push_back(seconds_of(fast_call));
+    std::sort(times.begin(), times.end());
+    const double model_seconds = seconds_of(make_call(op, fixture, model));
+    std::int64_t state = 0, index_loads = 0;
+    for (const ModelLaunchStats& m : model.take_model_stats())
+      state = std::max(state, m.model_bytes), index_loads += m.index_loads;
+    const double ratio = model_seconds / times[2];
+    std::printf("| %s | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %lld |\n", to_string(op).c_str(),
+                shape_label(shape).c_str(), times[2] * 1e3, model_seconds * 1e3, ratio, state / 1048576.0,
+                minimum_bytes(op, shape) / 1048576.0, static_cast<long long>(index_loads));
+    std::fflush(stdout);
+    if (ratio > limit) status = 1;
+  }
+  if (status != 0) std::fprintf(stderr, "mlarope_bench: a call's model time is over %g times its fast time\n", limit);
+  return status;
+}
+
 harness::Backend bench_backend(const std::string& name) {
   if (name == "host") {
     harness::Backend fast = harness::host_backend(0, harness::HostMode::fast);
@@ -407,6 +465,14 @@ int main(int argc, char** argv) {
       argc -= 3;
       break;
     }
+  if (take_flag(argc, argv, "--model-cost")) {
+    try {
+      return run_model_cost(full, 50);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mlarope_bench: error: %s\n", e.what());
+      return 2;
+    }
+  }
   if (take_flag(argc, argv, "--help-mlarope")) {
     std::printf(
         "mlarope_bench [--full] [--backend=plugin:PATH.so] [Google Benchmark flags]\n"
@@ -416,7 +482,11 @@ int main(int argc, char** argv) {
         "  time two backends (host, reference, plugin:PATH.so) interleaved, 9 repetitions each in\n"
         "  random order (unless the flags say otherwise), and gate CHANGE against BASE key by key:\n"
         "  exit status 1 when a key is SLOWER twice (p < 0.002 after Holm and a drop beyond 10%%),\n"
-        "  3 when a key is UNKNOWN; --compare-out writes compare.json, summary.md and junit.xml\n");
+        "  3 when a key is UNKNOWN; --compare-out writes compare.json, summary.md and junit.xml\n"
+        "mlarope_bench --model-cost [--full]\n"
+        "  the checking mode's price: each op and shape (and rope on 70,000 sequences of 2 rows)\n"
+        "  once under the host backend's GPU model against the fast mode's median of 5; a Markdown\n"
+        "  table; exit status 1 when the model takes more than 50 times the fast mode\n");
     return 0;
   }
   copy_bandwidth();  // measured before the context is written, which names it

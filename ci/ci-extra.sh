@@ -15,6 +15,10 @@ echo "ci: fuzz, ${FUZZ_SECONDS:-60} s on the host backend"
 echo "ci: benchmark smoke set"
 "$build/mlarope_bench" --benchmark_min_time=0.1 --benchmark_repetitions=3 \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json >"$out/bench.txt"
+echo "ci: the checking mode's cost (mlarope_bench --model-cost: the GPU model against the fast mode)"
+"$build/mlarope_bench" --model-cost >"$out/model-cost.md" ||
+  echo "ci: some calls take the GPU model more than 50x the fast mode (docs/kernels.md, the checking mode's cost)"
+cat "$out/model-cost.md"
 echo "ci: report"
 "$build/mlarope" report "$out/fuzz/fuzz.json" "$out/bench.json" --out "$out/report" \
   ${MLAROPE_BENCH_HISTORY:+--history "$MLAROPE_BENCH_HISTORY"}

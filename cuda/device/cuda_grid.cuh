@@ -11,9 +11,10 @@ inline constexpr int kMaxThreadsPerBlock = 128;
 /// Register cap of the rope and kv_split_backward kernels (every kernel is a RowRounds body,
 /// whose phase loop keeps more values live). ptxas's own choice for __launch_bounds__(128)
 /// spilled in the f16 instances (the branchy f32 -> f16 rounding), and so did a cap of 72;
-/// at 80 (6 blocks of 128 threads per SM) only kv_split_backward<f32, 2> spills, 4 bytes. A
-/// higher cap does not help: at 96 ptxas keeps more in flight and the scalar instances spill
-/// 8 bytes. Instances that need fewer registers use fewer.
+/// at 80 (6 blocks of 128 threads per SM) none of them spills. A higher cap does not help: at
+/// 96 ptxas keeps more in flight and the scalar instances spill 8 bytes. Instances that need
+/// fewer registers use fewer. kv_split_kernel keeps ptxas's own choice: 64 registers, and its
+/// f32 vector instance spills 8 bytes (the cap of 80 made the 16-bit instances spill more).
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12040
 #define MLAROPE_REGISTER_CAP(registers) __maxnreg__(registers)
 #else

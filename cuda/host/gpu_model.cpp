@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <stdexcept>
+#include <tuple>
 #include <utility>
 
 namespace mlarope::kernels::gpu_model {
@@ -25,22 +27,29 @@ const char* access_name(Access a) {
   return a == Access::load ? "load" : a == Access::store ? "store" : "atomic";
 }
 
-// Visit the byte range [begin, end) of every innermost row of a region.
+// Visit the byte ranges [begin, end) of a region's innermost rows, rows that follow each other
+// in memory as one range (a contiguous tensor is one).
 template <class Visit>
 void for_each_row(const detail::TensorRegion& r, Visit visit) {
   const int outer = r.rank - 1;
   std::int64_t index[kMaxRank] = {};
   const auto base = reinterpret_cast<std::uintptr_t>(r.data);
   const auto row_bytes = static_cast<std::uintptr_t>(r.shape[outer] * r.element_bytes);
+  std::uintptr_t run_begin = 0, run_end = 0;  // the rows so far that follow each other
   for (;;) {
     std::int64_t offset = 0;
     for (int d = 0; d < outer; ++d) offset += index[d] * r.strides[d];
     const std::uintptr_t begin = base + static_cast<std::uintptr_t>(offset * r.element_bytes);
-    visit(begin, begin + row_bytes);
+    if (run_end == run_begin || begin != run_end) {
+      if (run_end != run_begin) visit(run_begin, run_end);
+      run_begin = begin;
+    }
+    run_end = begin + row_bytes;
     int d = outer - 1;
     while (d >= 0 && ++index[d] == r.shape[d]) index[d--] = 0;
-    if (d < 0) return;
+    if (d < 0) break;
   }
+  if (run_end != run_begin) visit(run_begin, run_end);
 }
 
 }  // namespace
@@ -50,15 +59,19 @@ Recorder::Recorder(std::string kernel, const detail::Footprint& footprint, std::
   build_intervals();
 }
 
-Recorder::Shadow& Recorder::global_shadow(std::uintptr_t address) {
-  const std::uintptr_t number = address >> kShadowPageBits;
+Recorder::Page& Recorder::page_of(std::uintptr_t address) {
+  const std::uintptr_t number = address >> kPageBits;
   PageSlot& slot = page_cache_[number % kPageCache];  // most accesses land on a recent page
-  if (slot.page == nullptr || slot.number != number) {
-    std::unique_ptr<Shadow[]>& page = shadow_pages_[number];
-    if (!page) page = std::make_unique<Shadow[]>(std::size_t{1} << kShadowPageBits);
-    slot = {number, page.get()};
+  if (slot.page == nullptr || slot.number != number) slot = {number, &pages_[number]};
+  return *slot.page;
+}
+
+Recorder::Shadow* Recorder::shadows_of(Page& page) {
+  if (!page.shadow) {
+    page.shadow = std::make_unique<Shadow[]>(kGranulesPerPage);
+    ++shadow_pages_;
   }
-  return slot.page[address & ((std::uintptr_t{1} << kShadowPageBits) - 1)];
+  return page.shadow.get();
 }
 
 // Disjoint intervals of the footprint, each with the uses of the tensors covering it: a sweep
@@ -103,37 +116,43 @@ void Recorder::build_intervals() {
 }
 
 const Recorder::Interval* Recorder::find(std::uintptr_t address, int bytes) const {
+  const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
+  if (last_interval_ != nullptr && address >= last_interval_->begin && end <= last_interval_->end)
+    return last_interval_;  // accesses come in runs over one tensor
   auto it = std::upper_bound(intervals_.begin(), intervals_.end(), address,
                              [](std::uintptr_t a, const Interval& in) { return a < in.begin; });
   if (it == intervals_.begin()) return nullptr;
   --it;
-  return address + static_cast<std::uintptr_t>(bytes) <= it->end ? &*it : nullptr;
+  return end <= it->end ? &*it : nullptr;
 }
 
 void Recorder::begin_thread(const GridCoord& coord) {
   end_thread();
-  if (coord.block != block_) end_block(), block_ = coord.block;  // a body without phases
+  if (coord.block != block_) {  // a body without phases: one epoch a block
+    end_block(), start_block(coord.block);
+    block_epoch_ = ++epoch_;
+  }
   coord_ = coord;
-  thread_id_ = static_cast<std::int32_t>(coord.block * coord.num_threads + coord.thread);
   sequence_ = 0;
 }
 
 void Recorder::begin_phase(std::int64_t block, int phase, const void* shared, std::size_t bytes) {
   end_phase();
-  if (block != block_) end_block(), block_ = block;
+  if (epoch_ == UINT32_MAX) throw std::length_error("GPU model: a launch of more than 2^32 - 1 block phases");
+  ++epoch_;
+  if (block != block_) end_block(), start_block(block), block_epoch_ = epoch_;
   phase_ = phase;
   if (phase != 0) return;
   shared_begin_ = reinterpret_cast<std::uintptr_t>(shared);  // a new block: fresh shared memory
   shared_end_ = shared_begin_ + bytes;
-  shared_shadow_.assign(bytes, Shadow{});
+  shared_shadow_.assign((bytes >> kGranuleBits) + 1, Shadow{});
 }
 
-// True when an access by (thread, phase) is ordered before the current one: the same thread,
-// or the same block in an earlier phase (a barrier lies between).
-bool Recorder::ordered_before(std::int32_t thread, std::int32_t phase) const {
-  if (thread == thread_id_) return true;
-  const std::int32_t threads = coord_.num_threads;
-  return thread / threads == thread_id_ / threads && phase < phase_;
+// True when an access by `thread` of the block in `epoch` is ordered before the current one:
+// the same block (its epochs run from block_epoch_ on) in an earlier phase (a barrier lies
+// between), or the same thread.
+bool Recorder::ordered_before(std::uint32_t epoch, std::uint16_t thread) const {
+  return epoch >= block_epoch_ && (epoch < epoch_ || thread == static_cast<std::uint16_t>(coord_.thread));
 }
 
 bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
@@ -143,8 +162,10 @@ bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
     return false;
   }
   if (access == Access::atomic) return true;
-  check_race([this](std::uintptr_t byte) -> Shadow& { return shared_shadow_[byte - shared_begin_]; }, a, bytes,
-             access);
+  check_race([this](std::uintptr_t granule) -> Shadow& {
+               return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)];
+             },
+             a, bytes, access);
   return true;
 }
 
@@ -181,52 +202,65 @@ bool Recorder::observe(const void* address, int bytes, Access access) {
     report(std::string("load of output ") + name + " (an out-of-place output is write-only)",
            address, bytes);
   if (access == Access::atomic) return true;
-  constexpr std::uintptr_t kMask = (std::uintptr_t{1} << kShadowPageBits) - 1;
-  Shadow* page = &global_shadow(a) - (a & kMask);  // an access spans two pages at most
-  const std::uintptr_t page_number = a >> kShadowPageBits;
-  check_race(
-      [&](std::uintptr_t byte) -> Shadow& {
-        return (byte >> kShadowPageBits) == page_number ? page[byte & kMask] : global_shadow(byte);
-      },
-      a, bytes, access);
-  count(a, bytes, access, in->index);
+  last_interval_ = in;
+  Page& first_page = page_of(a);
+  if (in->writable) {  // bytes no thread may write need no shadow: a store there is reported
+    const std::uintptr_t page_number = a >> kPageBits;
+    Shadow* page = shadows_of(first_page);  // an access spans two pages at most
+    check_race(
+        [&](std::uintptr_t granule) -> Shadow& {
+          return (granule << kGranuleBits >> kPageBits) == page_number
+                     ? page[granule & (kGranulesPerPage - 1)]
+                     : shadows_of(page_of(granule << kGranuleBits))[granule & (kGranulesPerPage - 1)];
+        },
+        a, bytes, access);
+  }
+  count(a, bytes, access, in->index, first_page);
   return true;
 }
 
+// Check the granules of [address, address + bytes) for a race with an earlier access of the
+// launch, and record this one; shadow_of(granule number) gives a granule's shadow.
 template <class ShadowOf>
 void Recorder::check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes, Access access) {
-  const std::int32_t threads = coord_.num_threads;
-  const std::int32_t block = thread_id_ / threads;
-  for (int k = 0; k < bytes; ++k) {
-    Shadow& s = shadow_of(address + static_cast<std::uintptr_t>(k));
-    const bool write_race = s.writer >= 0 && !ordered_before(s.writer, s.writer_phase);
-    const bool read_race =
-        access == Access::store &&
-        (s.reader == -2 ? !(s.reader_block == block && s.reader_phase < phase_)
-                        : s.reader >= 0 && !ordered_before(s.reader, s.reader_phase));
+  const auto thread = static_cast<std::uint16_t>(coord_.thread);
+  const std::uintptr_t last = (address + static_cast<std::uintptr_t>(bytes) - 1) >> kGranuleBits;
+  for (std::uintptr_t granule = address >> kGranuleBits; granule <= last; ++granule) {
+    Shadow& s = shadow_of(granule);
+    const bool write_race = s.writer_epoch != 0 && !ordered_before(s.writer_epoch, s.writer_thread);
+    const bool several = s.reader_thread == kSeveral || s.reader_thread == kSeveralBlocks;
+    // Several readers are ordered before a store only when all are of this block's earlier
+    // phases (kSeveral with its latest epoch among them).
+    const bool read_race = access == Access::store && s.reader_epoch != 0 &&
+                           (several ? !(s.reader_thread == kSeveral && s.reader_epoch >= block_epoch_ &&
+                                        s.reader_epoch < epoch_)
+                                    : !ordered_before(s.reader_epoch, s.reader_thread));
     if (write_race || read_race) {
-      const std::int32_t other = write_race ? s.writer : s.reader;
-      const std::string who = other < 0 ? std::string("several other threads read")
-                              : "thread " + std::to_string(other % threads) + " of block " +
-                                    std::to_string(other / threads) + (write_race ? " wrote" : " read");
+      const std::uint16_t other = write_race ? s.writer_thread : s.reader_thread;
+      const bool this_block = (write_race ? s.writer_epoch : s.reader_epoch) >= block_epoch_;
+      const std::string who = !write_race && several ? std::string("several other threads read")
+                              : "thread " + std::to_string(other) + " of " +
+                                    (this_block ? "this block" : "another block") +
+                                    (write_race ? " wrote" : " read");
       report(std::string("race: ") + access_name(access) + " of a byte that " + who +
                  " in the same launch" + (phase_ > 0 ? ", with no barrier between" : ""),
              reinterpret_cast<const void*>(address), bytes);
       return;  // one finding per access
     }
     if (access == Access::store) {
-      s.writer = thread_id_, s.writer_phase = phase_;
-    } else if (s.reader == -1 || ordered_before(s.reader, s.reader_phase) ||
-               (s.reader == -2 && s.reader_block == block && s.reader_phase < phase_)) {
-      s.reader = thread_id_, s.reader_phase = phase_, s.reader_block = block;  // replaces ordered reads
+      s.writer_epoch = epoch_, s.writer_thread = thread;
+    } else if (s.reader_epoch == 0 ||
+               (several ? s.reader_thread == kSeveral && s.reader_epoch >= block_epoch_ && s.reader_epoch < epoch_
+                        : ordered_before(s.reader_epoch, s.reader_thread))) {
+      s.reader_epoch = epoch_, s.reader_thread = thread;  // replaces the reads ordered before it
     } else {
-      s.reader_block = s.reader_block == block ? block : -2;
-      s.reader = -2, s.reader_phase = std::max(s.reader_phase, phase_);
+      s.reader_thread = s.reader_thread != kSeveralBlocks && s.reader_epoch >= block_epoch_ ? kSeveral : kSeveralBlocks;
+      s.reader_epoch = epoch_;
     }
   }
 }
 
-void Recorder::count(std::uintptr_t address, int bytes, Access access, bool index) {
+void Recorder::count(std::uintptr_t address, int bytes, Access access, bool index, Page& first_page) {
   ++accesses_;
   requested_ += bytes;
   block_accessed_ = true;
@@ -236,26 +270,36 @@ void Recorder::count(std::uintptr_t address, int bytes, Access access, bool inde
   } else if (index) {  // its value is an address to come: a round trip of its own
     batch_open_ = false;
     ++thread_trips_.index;
+    ++index_loads_;
   } else {
     if (!batch_open_) batch_open_ = true, ++thread_trips_.data, ++load_batches_;
     loaded_bytes_ += bytes;
   }
   const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
-  warp_accesses_[WarpKey{coord_.block, coord_.thread / kWarp, phase_, sequence_++}].ranges.emplace_back(address, end);
-  auto& sectors = access == Access::store ? sectors_written_ : sectors_read_;
-  for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s)
-    if (sectors.insert(s).second) chunks_.insert(s * kSector / kChunk);  // a new sector's chunk
+  if (coalescing_block_) warp_records_.push_back({coord_.thread / kWarp, sequence_++, address, end});
+  const bool store = access == Access::store;
+  for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s) {
+    Page& page = (s * kSector) >> kPageBits == address >> kPageBits ? first_page : page_of(s * kSector);
+    const std::uintptr_t bit = s % (std::uintptr_t{1} << (kPageBits - 5));  // 128 sectors a page
+    std::uint64_t& word = (store ? page.written : page.read)[bit / 64];
+    const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
+    if (word & mask) continue;
+    word |= mask;
+    ++(store ? sectors_written_ : sectors_read_);
+    const auto chunk = static_cast<std::uint8_t>(1u << ((s * kSector & kPageMask) / kChunk));
+    if (!(page.chunks & chunk)) page.chunks |= chunk, ++chunks_;  // a new sector's chunk
+  }
 }
 
 namespace {
 
-// Distinct bytes and distinct 32-byte sectors of a set of byte ranges.
-std::pair<std::int64_t, std::int64_t> distinct_bytes_and_sectors(
-    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges) {
-  std::sort(ranges.begin(), ranges.end());
+// Distinct bytes and distinct 32-byte sectors of byte ranges [first, last), sorted.
+template <class It>
+std::pair<std::int64_t, std::int64_t> distinct_bytes_and_sectors(It first, It last) {
   std::int64_t bytes = 0, sectors = 0;
   std::uintptr_t covered = 0, last_sector = ~std::uintptr_t{0};
-  for (const auto& [begin, end] : ranges) {
+  for (It it = first; it != last; ++it) {
+    const auto [begin, end] = *it;
     const std::uintptr_t from = std::max(begin, covered);
     if (end > from) bytes += static_cast<std::int64_t>(end - from);
     covered = std::max(covered, end);
@@ -273,10 +317,46 @@ void Recorder::end_thread() {
   thread_trips_ = {};
 }
 
+// The phase's accesses as warp accesses (the accesses of a warp's threads with the same number
+// in the phase), grouped by a counting sort on (warp, number) and folded into the coalescing
+// figures: linear in the accesses, whatever their order.
+void Recorder::fold_warp_accesses() {
+  if (warp_records_.empty()) return;
+  peak_records_ = std::max(peak_records_, warp_records_.size());
+  std::int64_t numbers = 0;
+  int warps = 0;
+  for (const WarpRecord& r : warp_records_) numbers = std::max(numbers, r.sequence + 1), warps = std::max(warps, r.warp + 1);
+  const auto key = [numbers](const WarpRecord& r) { return static_cast<std::size_t>(r.warp * numbers + r.sequence); };
+  group_start_.assign(static_cast<std::size_t>(warps * numbers) + 1, 0);
+  for (const WarpRecord& r : warp_records_) ++group_start_[key(r) + 1];
+  for (std::size_t k = 1; k < group_start_.size(); ++k) group_start_[k] += group_start_[k - 1];
+  grouped_.resize(warp_records_.size());
+  group_fill_.assign(group_start_.begin(), group_start_.end() - 1);
+  for (const WarpRecord& r : warp_records_) grouped_[group_fill_[key(r)]++] = {r.begin, r.end};
+  for (std::size_t k = 0; k + 1 < group_start_.size(); ++k) {
+    if (group_start_[k] == group_start_[k + 1]) continue;
+    const auto first = grouped_.begin() + static_cast<std::ptrdiff_t>(group_start_[k]);
+    const auto last = grouped_.begin() + static_cast<std::ptrdiff_t>(group_start_[k + 1]);
+    for (auto it = first + 1; it < last; ++it)  // insertion sort: a warp's 32 ranges at most
+      for (auto j = it; j > first && *j < *(j - 1); --j) std::iter_swap(j, j - 1);
+    const auto [bytes, sectors] = distinct_bytes_and_sectors(first, last);
+    useful_bytes_ += bytes;
+    warp_sector_bytes_ += sectors * static_cast<std::int64_t>(kSector);
+  }
+  warp_records_.clear();
+}
+
 void Recorder::end_phase() {
   end_thread();
+  fold_warp_accesses();
   block_trips_.add(phase_trips_);
   phase_trips_ = {};
+}
+
+void Recorder::start_block(std::int64_t block) {
+  block_ = block;
+  const std::int64_t stride = block_stride_ > 1 ? block_stride_ : kCoalescingStride;
+  coalescing_block_ = block / kSampleRun % stride == 0;
 }
 
 // The block's critical path into the launch's, and its warps' records folded into the
@@ -290,13 +370,8 @@ void Recorder::end_block() {
   }
   block_trips_ = {};
   block_accessed_ = false;
-  for (const auto& [_, w] : warp_accesses_) {
-    const auto [bytes, sectors] = distinct_bytes_and_sectors(w.ranges);
-    useful_bytes_ += bytes;
-    warp_sector_bytes_ += sectors * static_cast<std::int64_t>(kSector);
-  }
-  warp_accesses_.clear();
 }
+
 
 void Recorder::finish() {
   end_block();
@@ -312,7 +387,7 @@ LaunchStats Recorder::stats() const {
   s.requested_bytes = requested_;
   s.useful_bytes = useful_bytes_;
   s.warp_sector_bytes = warp_sector_bytes_;
-  s.dram_bytes = static_cast<std::int64_t>((sectors_read_.size() + sectors_written_.size()) * kSector);
+  s.dram_bytes = (sectors_read_ + sectors_written_) * static_cast<std::int64_t>(kSector);
   s.errors = errors_;
   s.blocks_observed = blocks_observed_;
   s.blocks_run = blocks_run_;
@@ -322,10 +397,18 @@ LaunchStats Recorder::stats() const {
   s.load_batches = load_batches_;
   s.loaded_bytes = loaded_bytes_;
   s.stored_bytes = stored_bytes_;
-  s.dram_chunks = static_cast<std::int64_t>(chunks_.size());
-  std::size_t both = 0;  // sectors read and written
-  for (const std::uintptr_t sector : sectors_written_) both += sectors_read_.count(sector);
-  s.touched_bytes = static_cast<std::int64_t>((sectors_read_.size() + sectors_written_.size() - both) * kSector);
+  s.dram_chunks = chunks_;
+  s.index_loads = index_loads_;
+  // The model's state: a page record (with its hash node) per page touched, the shadows of
+  // the writable pages, the largest phase's access records.
+  constexpr std::int64_t kNodeBytes = 32;
+  s.model_bytes = static_cast<std::int64_t>(pages_.size()) * (static_cast<std::int64_t>(sizeof(Page)) + kNodeBytes) +
+                  shadow_pages_ * static_cast<std::int64_t>(kGranulesPerPage * sizeof(Shadow)) +
+                  static_cast<std::int64_t>(peak_records_ * (sizeof(WarpRecord) + 3 * sizeof(std::size_t)));
+  std::int64_t both = 0;  // sectors read and written
+  for (const auto& [_, page] : pages_)
+    for (int w = 0; w < 2; ++w) both += __builtin_popcountll(page.read[w] & page.written[w]);
+  s.touched_bytes = (sectors_read_ + sectors_written_ - both) * static_cast<std::int64_t>(kSector);
   return s;
 }
 

@@ -10,7 +10,8 @@
 //     (atomics excepted), unless a block barrier orders them (the same block, an earlier
 //     phase of a phased body); shared memory likewise, within its block;
 //   - coalescing: per warp (32 consecutive threads of a block) and per access in program
-//     order, the distinct 32-byte sectors against the bytes requested; per launch, the
+//     order, the distinct 32-byte sectors against the bytes requested (over a sample of the
+//     blocks: one run of kSampleRun in kCoalescingStride, every access still checked); per launch, the
 //     distinct sectors read plus the distinct sectors written (the predicted DRAM traffic:
 //     each sector fetched once, each written sector written back once);
 //   - round trips, for the timing model: per thread and phase, the batches of loads that can
@@ -24,7 +25,6 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "host/host_executor.h"
@@ -53,6 +53,10 @@ class Recorder final : public host::ThreadObserver {
   /// Consecutive blocks a sample keeps together (neighbouring rows share table lines and DRAM
   /// pages, so a sample of lone blocks would see sparser memory than the launch).
   static constexpr std::int64_t kSampleRun = 8;
+  /// Where every block runs, the coalescing figures come from one run of kSampleRun blocks in
+  /// this many: grouping a warp's accesses costs as much as checking them, and the figure of
+  /// a sample of runs is the launch's within a few parts in a thousand.
+  static constexpr std::int64_t kCoalescingStride = 4;
   /// Check and count one access; false when it must not be made (out of bounds).
   bool observe(const void* address, int bytes, Access access);
 
@@ -80,65 +84,79 @@ class Recorder final : public host::ThreadObserver {
     }
     void add(const RoundTrips& o) { data += o.data, index += o.index, phases += o.phases; }
   };
-  struct Shadow {  // per byte: the last writer and reader (-1: none; reader -2: several)
-    std::int32_t writer = -1, writer_phase = 0;
-    std::int32_t reader = -1, reader_phase = 0;
-    std::int32_t reader_block = -1;  ///< the readers' block (-2: several blocks)
+  /// Per 2-byte granule of a writable tensor (no dtype is narrower): the last writer and
+  /// reader, each as the epoch of its (block, phase) and its thread in the block. Epoch 0 is
+  /// none; reader_thread kSeveral marks readers of several threads of the block of
+  /// reader_epoch (the latest), kSeveralBlocks of several blocks. 12 bytes: the model's
+  /// memory is 6 bytes per written byte of the footprint, whatever the accesses.
+  struct Shadow {
+    std::uint32_t writer_epoch = 0, reader_epoch = 0;
+    std::uint16_t writer_thread = 0, reader_thread = 0;
   };
-  struct WarpAccess {  // the byte ranges [first, second) the threads of a warp asked for
-    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
+  static constexpr std::uint16_t kSeveral = 0xFFFF, kSeveralBlocks = 0xFFFE;
+  static constexpr int kGranuleBits = 1;
+  static constexpr int kPageBits = 12;  ///< pages of 4 KiB of the address space
+  static constexpr std::uintptr_t kPageMask = (std::uintptr_t{1} << kPageBits) - 1;
+  static constexpr std::size_t kGranulesPerPage = std::size_t{1} << (kPageBits - kGranuleBits);
+  /// What the model keeps of a 4 KiB page of the footprint, made at its first access: the
+  /// 32-byte sectors read and written (128 each), the 1 KiB chunks they lie in, and the
+  /// granules' shadows once a writable byte of the page is accessed.
+  struct Page {
+    std::uint64_t read[2] = {}, written[2] = {};
+    std::uint8_t chunks = 0;
+    std::unique_ptr<Shadow[]> shadow;
   };
-  struct WarpKey {  // the sequence-th access of the threads of one warp in one phase
-    std::int64_t block;
-    int warp;
-    int phase;
+  struct WarpRecord {  // one access of a thread of the phase: the thread's `sequence`-th
+    std::int32_t warp;
     std::int64_t sequence;
-    bool operator==(const WarpKey& o) const {
-      return block == o.block && warp == o.warp && phase == o.phase && sequence == o.sequence;
-    }
-  };
-  struct WarpKeyHash {
-    std::size_t operator()(const WarpKey& k) const {
-      return std::hash<std::int64_t>()(((k.block * 64 + k.warp) * 1009 + k.phase) * 1000003 + k.sequence);
-    }
+    std::uintptr_t begin, end;
   };
 
   void build_intervals();
   const Interval* find(std::uintptr_t address, int bytes) const;
   void report(const std::string& what, const void* address, int bytes);
-  /// The shadow of global byte `address`, its page allocated on first use.
-  Shadow& global_shadow(std::uintptr_t address);
+  /// The page of global byte `address`, made on first use.
+  Page& page_of(std::uintptr_t address);
+  /// The shadows of the granules of a page, allocated on first use (zero: no access yet).
+  Shadow* shadows_of(Page& page);
   template <class ShadowOf>
   void check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes, Access access);
-  bool ordered_before(std::int32_t thread, std::int32_t phase) const;
+  bool ordered_before(std::uint32_t epoch, std::uint16_t thread) const;
   bool observe_shared(std::uintptr_t address, int bytes, Access access);
-  void count(std::uintptr_t address, int bytes, Access access, bool index);
+  void count(std::uintptr_t address, int bytes, Access access, bool index, Page& first_page);
+  void fold_warp_accesses();
   void end_thread();
   void end_phase();
+  void start_block(std::int64_t block);
   void end_block();
 
   std::string kernel_;
   detail::Footprint footprint_;
   std::vector<Interval> intervals_;
-  static constexpr int kShadowPageBits = 12;
-  /// Global bytes' shadows by page (address >> kShadowPageBits), allocated when a byte of the
-  /// page is first accessed: the model's memory grows with what the launch touches.
-  std::unordered_map<std::uintptr_t, std::unique_ptr<Shadow[]>> shadow_pages_;
+  /// The footprint's pages by number (address >> kPageBits), made when first accessed: the
+  /// model's memory grows with the bytes the launch touches, not with its accesses.
+  std::unordered_map<std::uintptr_t, Page> pages_;
   struct PageSlot {  // a page recently looked up
     std::uintptr_t number = 0;
-    Shadow* page = nullptr;
+    Page* page = nullptr;
   };
   static constexpr std::size_t kPageCache = 64;
   PageSlot page_cache_[kPageCache];
+  const Interval* last_interval_ = nullptr;  ///< the interval of the last access
   std::int64_t block_stride_ = 1;
+  bool coalescing_block_ = true;  ///< the current block's accesses count in the coalescing figures
   GridCoord coord_;
-  std::int32_t thread_id_ = 0;   ///< block * threads + thread (launches of < 2^31 threads)
-  std::int32_t phase_ = 0;       ///< of a phased body; 0 otherwise
+  std::uint32_t epoch_ = 0;        ///< of the current (block, phase): 1, 2, ... in running order
+  std::uint32_t block_epoch_ = 0;  ///< the epoch of the current block's first phase
+  std::int32_t phase_ = 0;         ///< of a phased body; 0 otherwise
   std::uintptr_t shared_begin_ = 0, shared_end_ = 0;  ///< the current block's shared memory
-  std::vector<Shadow> shared_shadow_;
+  std::vector<Shadow> shared_shadow_;                  ///< by granule
   std::int64_t sequence_ = 0;    ///< accesses of the current thread so far
-  std::unordered_map<WarpKey, WarpAccess, WarpKeyHash> warp_accesses_;
-  std::unordered_set<std::uintptr_t> sectors_read_, sectors_written_, chunks_;
+  std::vector<WarpRecord> warp_records_;  ///< the current phase's accesses
+  std::vector<std::size_t> group_start_, group_fill_;  ///< fold_warp_accesses' counting sort
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> grouped_;
+  std::int64_t sectors_read_ = 0, sectors_written_ = 0, chunks_ = 0, index_loads_ = 0, shadow_pages_ = 0;
+  std::size_t peak_records_ = 0;  ///< the most access records of one phase
   std::int64_t accesses_ = 0, requested_ = 0, errors_ = 0;
   std::int64_t useful_bytes_ = 0, warp_sector_bytes_ = 0;  ///< of the blocks folded so far
   // Round trips: the current thread's in this phase, the most of any thread of this phase,

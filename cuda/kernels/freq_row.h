@@ -100,14 +100,17 @@ MLAROPE_HD MLAROPE_INLINE RowPlan plan_sbhd_row(const PositionArgs& p, std::int6
 /// Threads of a block that check sequences (one shared word each).
 inline constexpr int kGateSlots = 128;
 
-/// Status bits of sequence i under the per-sequence rules: a decreasing cu_seqlens, or a
-/// length not divisible by 2 * cp_size.
-MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits(const PositionArgs& p, std::int64_t i) {
-  const std::int64_t length =
-      static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) - global_load(p.cu_seqlens + i);
+/// Status bits of a sequence of `length` (global) rows under the per-sequence rules: a
+/// decreasing cu_seqlens, or a length not divisible by 2 * cp_size.
+MLAROPE_HD MLAROPE_INLINE DeviceStatus length_bits(const PositionArgs& p, std::int64_t length) {
   if (length < 0) return kStatusBadCuSeqlens;
   if (p.cp_size > 1 && length % (2 * p.cp_size) != 0) return kStatusBadSeqLength;
   return kStatusOk;
+}
+
+/// Status bits of sequence i.
+MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits(const PositionArgs& p, std::int64_t i) {
+  return length_bits(p, static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) - global_load(p.cu_seqlens + i));
 }
 
 /// True when the sequences add up to more than the call's rows: cu[N] - cu[0] > T * cp_size.
@@ -127,14 +130,40 @@ MLAROPE_HD MLAROPE_INLINE bool gate_verdict(const PositionArgs& p, const GridCoo
   return true;
 }
 
-/// First phase of a gated body: thread t < kGateSlots stores into slot t the bits of
-/// sequences t, t + n, t + 2n, ... (n = the block's checking threads); block 0 reports them.
+/// Status bits of sequences [i, i + 4): cu[i .. i + 3] in one 16-byte load (cu + i aligned
+/// to 16 bytes) and cu[i + 4].
+MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits_x4(const PositionArgs& p, std::int64_t i) {
+  const RawVector<16> v = load_raw<16>(p.cu_seqlens + i);
+  const std::int32_t last = global_load(p.cu_seqlens + i + 4);
+  DeviceStatus bits = kStatusOk;
+  for (int k = 0; k < 4; ++k) {
+    const auto from = static_cast<std::int32_t>(v.words[k]);
+    const std::int32_t to = k < 3 ? static_cast<std::int32_t>(v.words[k + 1]) : last;
+    if (to < from) bits |= kStatusBadCuSeqlens;
+    else if (p.cp_size > 1) bits |= length_bits(p, static_cast<std::int64_t>(to) - from);
+  }
+  return bits;
+}
+
+/// First phase of a gated body: thread t < kGateSlots stores into slot t the bits of its share
+/// of the sequences (n = the block's checking threads): the sequences before the first entry
+/// aligned to 16 bytes and those after the last whole group of four one at a time, the groups
+/// between four at a time (a 16-byte load and one more entry: half a load a sequence, where
+/// one at a time takes two). Block 0 reports the bits.
 MLAROPE_HD MLAROPE_INLINE void check_sequences(const PositionArgs& p, const GridCoord& g,
                                               DeviceStatus* slots) {
   const int n = g.num_threads < kGateSlots ? g.num_threads : kGateSlots;
   if (g.thread >= n) return;
+  const auto address = reinterpret_cast<std::uintptr_t>(p.cu_seqlens);
+  std::int64_t head = static_cast<std::int64_t>((16 - address % 16) % 16 / 4);  // entries to alignment
+  if (head > p.num_sequences) head = p.num_sequences;
+  const std::int64_t groups = (p.num_sequences - head) / 4;
+  const std::int64_t units = p.num_sequences - 3 * groups;  // lone sequences and groups
   DeviceStatus bits = kStatusOk;
-  for (std::int64_t i = g.thread; i < p.num_sequences; i += n) bits |= sequence_bits(p, i);
+  for (std::int64_t u = g.thread; u < units; u += n) {
+    if (u >= head && u < head + groups) bits |= sequence_bits_x4(p, head + 4 * (u - head));
+    else bits |= sequence_bits(p, u < head ? u : u + 3 * groups);
+  }
   shared_store(slots + g.thread, bits);
   if (bits != kStatusOk && g.block == 0 && p.status != nullptr) atomic_or(p.status, bits);
 }

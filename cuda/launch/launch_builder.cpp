@@ -80,10 +80,14 @@ kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, const LaunchPr
   return {std::clamp<std::int64_t>(rows, 1, profile.max_blocks), static_cast<int>(threads)};
 }
 
-// `grid` with THD's cap on blocks (LaunchProfile::max_thd_blocks).
-kernels::GridShape capped_for_layout(kernels::GridShape grid, TokenLayout layout,
-                                     const LaunchProfile& profile) {
-  if (layout == TokenLayout::thd) grid.blocks = std::min(grid.blocks, std::max<std::int64_t>(1, profile.max_thd_blocks));
+// `grid` with THD's cap on blocks (LaunchProfile::max_thd_blocks, min_thd_blocks): `work`
+// items in each of `rows` rows, `sequences` to check in every block.
+kernels::GridShape capped_for_layout(kernels::GridShape grid, TokenLayout layout, std::int64_t rows,
+                                     std::int64_t work, std::int64_t sequences, const LaunchProfile& profile) {
+  if (layout != TokenLayout::thd) return grid;
+  const std::int64_t items = rows * work;  // at most the call's elements: no overflow
+  const std::int64_t by_work = std::max(profile.min_thd_blocks, items / (sequences + 1));
+  grid.blocks = std::max<std::int64_t>(1, std::min({grid.blocks, profile.max_thd_blocks, by_work}));
   return grid;
 }
 
@@ -116,7 +120,8 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
     const std::int64_t per_round = kernels::staged_slices_per_round(l.args.heads, chunks);
     const std::int64_t rounds = rows * ((l.args.heads + per_round - 1) / per_round);
     l.work = per_round * chunks;
-    l.grid = capped_for_layout(row_grid(rounds, l.work, profile), layout, profile);
+    l.grid = capped_for_layout(row_grid(rounds, l.work, profile), layout, rounds, l.work,
+                               l.args.positions.num_sequences, profile);
     return l;
   }
   const bool whole_slice = l.variant == RopeVariant::whole_slice_scalar;
@@ -125,7 +130,8 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
   l.work = whole_slice ? l.args.heads
                        : std::max(chunks * l.args.heads,
                                   mode.in_place ? 0 : l.args.heads * copy_items(args.nope_dim, in.dtype));
-  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, profile);
+  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, rows, l.work,
+                             l.args.positions.num_sequences, profile);
   return l;
 }
 
@@ -152,7 +158,8 @@ KvSplitLaunch make_kv_split_launch(const KvSplitCall& c, const LaunchProfile& pr
   const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies = copy_items(a.k_dim, c.kv.dtype) + copy_items(a.v_dim, c.kv.dtype);
   l.work = l.args.heads * std::max(chunks, copies);
-  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, profile);
+  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, rows, l.work,
+                             l.args.positions.num_sequences, profile);
   return l;
 }
 
@@ -182,7 +189,8 @@ KvSplitBackwardLaunch make_kv_split_backward_launch(const KvSplitBackwardCall& c
       l.args.heads * (copy_items(a.k_dim, l.dtype) + copy_items(a.v_dim, l.dtype));
   const std::int64_t partial_sums = chunks * kernels::kv_sum_groups(l.args.heads, chunks);
   l.work = std::max(partial_sums, copies);
-  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, profile);
+  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, rows, l.work,
+                             l.args.positions.num_sequences, profile);
   return l;
 }
 

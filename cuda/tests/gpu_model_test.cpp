@@ -87,6 +87,44 @@ TEST(GpuModelDetectors, CoalescingSeesAContiguousRangeOfCopiesPerThread) {
   EXPECT_LT(b.sector_efficiency(), 0.9 * a.sector_efficiency());
 }
 
+// The model's state grows with the bytes a launch may write, not with its accesses: rope of
+// 6 MB (f32 SBHD, DeepSeek-V3's q heads) out of place and in place, the state at most 7 times
+// the call's footprint plus 1 MiB (a shadow of 12 bytes per 2 written bytes, a page record per
+// 4 KiB, the largest phase's access records). A state per access (one record per warp access,
+// a set of sectors) would exceed it.
+TEST(GpuModelState, BoundedByTheFootprint) {
+  constexpr std::int64_t S = 64, H = 128, kNope = 128, kEmb = 64, D = kNope + kEmb;
+  std::vector<float> t(static_cast<std::size_t>(S * H * D)), out(t.size());
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<float>(i % 97) * 0.01f;
+  std::vector<float> cos(static_cast<std::size_t>(S * kEmb), 0.6f), sin(cos.size(), 0.8f);
+  RopeArgs args;
+  args.nope_dim = kNope;
+  args.emb_dim = kEmb;
+  args.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {S, kEmb});
+  args.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {S, kEmb});
+  const std::int64_t tables = 2 * S * kEmb * 4, activation = S * H * D * 4;
+  for (bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "out of place");
+    Stream stream = Stream::host({1, 1, true});
+    if (in_place) {
+      rope_inplace({contiguous_view<void>(t.data(), DType::f32, {S, 1, H, D}), args}, stream);
+    } else {
+      rope({contiguous_view<const void>(t.data(), DType::f32, {S, 1, H, D}),
+            contiguous_view<void>(out.data(), DType::f32, {S, 1, H, D}), args},
+           stream);
+    }
+    stream.synchronize();
+    const std::vector<ModelLaunchStats> stats = take_model_stats(stream);
+    ASSERT_EQ(stats.size(), 1u);
+    const std::int64_t footprint = tables + (in_place ? 1 : 2) * activation;
+    std::cout << "  model state of " << stats[0].kernel << (in_place ? " in place: " : ": ")
+              << stats[0].model_bytes << " bytes for a footprint of " << footprint << " and "
+              << stats[0].accesses << " accesses\n";
+    EXPECT_GT(stats[0].model_bytes, 0);
+    EXPECT_LE(stats[0].model_bytes, 7 * footprint + (std::int64_t{1} << 20));
+  }
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kAsan = true;
 #else

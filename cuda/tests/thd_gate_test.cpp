@@ -2,7 +2,8 @@
 // cu_seqlens before it writes, so a bad sequence anywhere in the array (before, at and past
 // the block's checking threads, the last one included) passes every row through and sets the
 // status bits, in the host's fast mode and under the GPU model (the device code path). A THD
-// grid stops at LaunchProfile::max_thd_blocks, its blocks taking several rows each.
+// grid stops at LaunchProfile::max_thd_blocks, its blocks taking several rows each, and at
+// fewer (not under min_thd_blocks) where the sequences outnumber the call's work.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -27,8 +28,17 @@ struct ThdResult {
 };
 
 // Out-of-place rope, f32, THD [rows, kHeads, kWidth], packed table of `rows` rows.
+ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offset, std::int64_t rows,
+                      bool gpu_model, std::int64_t cp_size = 1);
+
 ThdResult run_rope(const std::vector<std::int32_t>& cu_seqlens, std::int64_t rows,
                    std::int64_t cp_size, bool gpu_model) {
+  return run_rope_at(cu_seqlens, 0, rows, gpu_model, cp_size);
+}
+
+// The same, cu_seqlens being storage[offset:] (an address 4 x offset bytes past storage's).
+ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offset, std::int64_t rows,
+                      bool gpu_model, std::int64_t cp_size) {
   std::vector<float> t(static_cast<std::size_t>(rows * kHeads * kWidth));
   for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.25f + static_cast<float>(i % 89) * 0.01f;
   std::vector<float> cos(static_cast<std::size_t>(rows * cp_size * kEmb), 0.6f);
@@ -46,7 +56,8 @@ ThdResult run_rope(const std::vector<std::int32_t>& cu_seqlens, std::int64_t row
   c.args.positions.layout = TokenLayout::thd;
   c.args.positions.freq_mode = FreqMode::packed;
   c.args.positions.cp_size = cp_size;
-  c.args.positions.cu_seqlens = {cu_seqlens.data(), IndexType::i32, static_cast<std::int64_t>(cu_seqlens.size())};
+  c.args.positions.cu_seqlens = {storage.data() + offset, IndexType::i32,
+                                 static_cast<std::int64_t>(storage.size() - offset)};
   c.args.status = &r.status;
   Stream s = Stream::host({3, 1, gpu_model});
   rope(c, s);
@@ -130,15 +141,57 @@ TEST(ThdGate, SequencesLongerThanTheRowsPassEveryRowThrough) {
 }
 
 TEST(ThdGate, GridsStopAtMaxThdBlocksAndBlocksTakeSeveralRows) {
-  const std::int64_t rows = 4500;
+  const std::int64_t rows = 4500;  // in 3 sequences: the gate's reads are few beside the work
   const detail::LaunchProfile profile = detail::cuda_launch_profile();
   ASSERT_LT(profile.max_thd_blocks, rows);
-  const ThdResult model = run_rope(uniform_cu_seqlens(rows, 1), rows, 1, true);
+  const std::vector<std::int32_t> cu = uniform_cu_seqlens(3, 1500);
+  const ThdResult model = run_rope(cu, rows, 1, true);
   ASSERT_EQ(model.launches.size(), 1u);
   EXPECT_EQ(model.launches[0].blocks, profile.max_thd_blocks);
-  const ThdResult fast = run_rope(uniform_cu_seqlens(rows, 1), rows, 1, false);
+  const ThdResult fast = run_rope(cu, rows, 1, false);
   EXPECT_EQ(model.out, fast.out) << "rows past the first round of a block";
   EXPECT_EQ(model.status, kStatusOk);
+}
+
+// Where the sequences outnumber the call's work, the grid keeps the gate's reads (every block
+// reads every sequence) near the work: min_thd_blocks blocks, each reading half an entry a
+// sequence (16-byte loads), besides the row plans' binary searches.
+TEST(ThdGate, ManySequencesBoundTheGatesReads) {
+  const std::int64_t rows = 4500;
+  const detail::LaunchProfile profile = detail::cuda_launch_profile();
+  ASSERT_LT(profile.min_thd_blocks, rows);
+  const ThdResult model = run_rope(uniform_cu_seqlens(rows, 1), rows, 1, true);
+  ASSERT_EQ(model.launches.size(), 1u);
+  const ModelLaunchStats& m = model.launches[0];
+  EXPECT_EQ(m.blocks, profile.min_thd_blocks);
+  // A row's plan: 2 loads an iteration of a binary search over 4501 entries (13), 4 more.
+  const std::int64_t plan = 2 * 13 + 4;
+  EXPECT_LE(m.index_loads, m.blocks * (rows / 2 + 16) + rows * plan) << "gate reads per call";
+  // The model's state stays near the footprint (t, out, tables, cu_seqlens), however many
+  // times the blocks read cu_seqlens.
+  const std::int64_t footprint = 4 * (2 * rows * kHeads * kWidth + 2 * rows * kEmb + rows + 1);
+  EXPECT_LE(m.model_bytes, 7 * footprint + (std::int64_t{1} << 20));
+  const ThdResult fast = run_rope(uniform_cu_seqlens(rows, 1), rows, 1, false);
+  EXPECT_EQ(model.out, fast.out);
+  EXPECT_EQ(rows_passed_through(model, rows), 0);
+}
+
+// The gate reads cu_seqlens four entries at a time from its first entry aligned to 16 bytes:
+// an array starting 0 to 3 entries past an aligned address has a head, groups and a tail of
+// lone sequences, and a bad sequence in any of them closes the gate.
+TEST(ThdGate, ABadSequenceInTheHeadGroupsOrTailOfTheVectorReadsIsSeen) {
+  constexpr std::int64_t n = 23;
+  for (std::size_t offset = 0; offset < 4; ++offset)
+    for (std::int64_t bad = 0; bad < n; ++bad) {
+      std::vector<std::int32_t> storage(offset, 0);
+      const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
+      storage.insert(storage.end(), cu.begin(), cu.end());
+      storage[offset + static_cast<std::size_t>(bad) + 1] -= 2;  // sequence `bad` has length -1
+      SCOPED_TRACE("offset " + std::to_string(offset) + ", bad sequence " + std::to_string(bad));
+      const ThdResult r = run_rope_at(storage, offset, n, true);
+      EXPECT_EQ(r.status, kStatusBadCuSeqlens);
+      EXPECT_EQ(rows_passed_through(r, n), n);
+    }
 }
 
 }  // namespace

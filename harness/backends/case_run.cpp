@@ -1,5 +1,7 @@
 #include "backends/case_run.h"
 
+#include <algorithm>
+
 #include "backends/device_backend.h"
 #include "backends/plugin_backend.h"
 #include "mlarope/error.h"
@@ -149,7 +151,10 @@ std::int64_t minimum_bytes(const Case& c) {
   const std::int64_t rows = k.layout == TokenLayout::sbhd ? shape[0] * shape[1] : shape[0];
   const std::int64_t heads = shape[shape.size() - 2];
   const auto size = static_cast<std::int64_t>(dtype_size(k.dtype));
+  // A table row per row at most, and no more than the tables hold (short THD sequences share
+  // their rows; YaRN cases make their tables rather than ship them).
   std::int64_t total = 2 * rows * k.emb_dim * static_cast<std::int64_t>(dtype_size(k.table_dtype));
+  if (const std::int64_t tables = bytes_of("cos") + bytes_of("sin"); tables > 0) total = std::min(total, tables);
   total += bytes_of("cu_seqlens") + bytes_of("position_ids") + bytes_of("seq_offsets");
   const bool rope_family = k.op == Op::rope || k.op == Op::rope_backward;
   if (rope_family && k.in_place) return total + 2 * rows * heads * k.emb_dim * size;

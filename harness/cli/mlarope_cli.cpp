@@ -101,7 +101,10 @@ void print_model_stats(const std::vector<ModelLaunchStats>& launches, std::int64
   const DeviceProfile h200 = device_profile("h200");
   for (const ModelLaunchStats& s : launches) {
     std::cout << "  GPU model: " << s.kernel << ", grid " << s.blocks << " x " << s.threads
-              << ", sector efficiency " << std::setprecision(3) << s.sector_efficiency() << "\n";
+              << ", sector efficiency " << std::setprecision(3) << s.sector_efficiency();
+    if (s.index_loads > 0) std::cout << ", " << s.index_loads << " index loads (THD gate and row plans)";
+    if (s.model_bytes > 0) std::cout << ", model state " << std::setprecision(3) << s.model_bytes / 1048576.0 << " MiB";
+    std::cout << "\n";
     dram += s.dram_bytes;
     if (cuda_kernel_of(s.kernel).empty()) continue;
     const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, s.dram_bytes);

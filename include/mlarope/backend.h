@@ -65,6 +65,8 @@ struct ModelLaunchStats {
   std::int64_t blocks_run = 0;         ///< of those, the blocks that made a global access
   std::int64_t round_trips = 0;        ///< over blocks, the critical path's batches of data loads
   std::int64_t index_round_trips = 0;  ///< over blocks, the critical path's index loads
+  std::int64_t index_loads = 0;        ///< loads of index arrays, over every thread (a THD gate's cost)
+  std::int64_t model_bytes = 0;        ///< the GPU model's own state for the launch, at its largest
   std::int64_t load_phases = 0;        ///< over blocks, the phases in which a thread loaded data
   std::int64_t load_batches = 0;       ///< batches of data loads, over every thread
   std::int64_t loaded_bytes = 0;       ///< bytes of data loads (index loads not counted)
