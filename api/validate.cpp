@@ -40,10 +40,29 @@ std::int64_t bounded_multiply_add(std::int64_t a, std::int64_t b, std::int64_t c
   return r > kMaxViewBytes ? -1 : static_cast<std::int64_t>(r);
 }
 
+// The name of dimension i of a rank-`rank` activation view ([S, B, H, D] or [T, H, D]) or
+// table ([R, D] or [R, 1, 1, D]), for messages.
+std::string dim_label(const ConstTensorView& v, int i) {
+  const char* const sbhd[] = {"S", "B", "heads", "last dim"};
+  const char* const thd[] = {"T", "heads", "last dim"};
+  const char* const table[] = {"rows", "last dim"};
+  const char* label = v.rank == 4 ? sbhd[i] : v.rank == 3 ? thd[i] : v.rank == 2 ? table[i] : nullptr;
+  return label != nullptr ? std::string(label) + " (dim " + std::to_string(i) + ")" : "dim " + std::to_string(i);
+}
+
 // SPEC.md §5: element count and byte extent within 2^62, so index arithmetic cannot overflow.
+// Each dimension and stride is bounded first, naming the one that is too large.
 void check_view_size(const ConstTensorView& v, const char* name) {
   for (int i = 0; i < v.rank; ++i)
     if (v.shape[i] == 0) return;  // no element, however large the other dimensions
+  for (int i = 0; i < v.rank; ++i)
+    if (v.shape[i] > kMaxDim)
+      fail(std::string(name) + ": " + dim_label(v, i) + " = " + std::to_string(v.shape[i]) + " in shape " +
+           shape_string(v) + ", more than 2^61 (the largest size, SPEC.md §5)");
+  for (int i = 0; i < v.rank; ++i)
+    if (v.strides[i] > kMaxViewBytes || v.strides[i] < -kMaxViewBytes)
+      fail(std::string(name) + ": stride " + std::to_string(v.strides[i]) + " of " + dim_label(v, i) +
+           " (strides " + strides_string(v) + ") is beyond 2^62 elements");
   std::int64_t count = 1, span = 0;
   for (int i = 0; i < v.rank && count >= 0; ++i) count = bounded_multiply_add(count, v.shape[i], 0);
   if (count < 0)
@@ -194,6 +213,7 @@ void check_table(const ConstTensorView& table, const char* name, std::int64_t em
 void check_rotation(const Rotation& r, std::int64_t emb_dim) {
   if (emb_dim < 2 || emb_dim % 2 != 0)
     fail("emb_dim = " + std::to_string(emb_dim) + ": expected an even number >= 2");
+  check_dim(emb_dim, "emb_dim");
   check_table(r.cos, "cos", emb_dim);
   check_table(r.sin, "sin", emb_dim);
   check_same_dims(r.cos, "cos", r.sin, "sin", r.cos.rank);
@@ -281,8 +301,7 @@ int activation_rank(TokenLayout layout) { return layout == TokenLayout::sbhd ? 4
 
 // Shared rules of the rope family; `input` is t or grad_out.
 void check_rope_input(const ConstTensorView& input, const char* name, const RopeArgs& args) {
-  if (args.nope_dim < 0)
-    fail("nope_dim = " + std::to_string(args.nope_dim) + ": expected >= 0");
+  check_dim(args.nope_dim, "nope_dim");
   check_rotation(args.rotation, args.emb_dim);
   check_view(input, name, activation_rank(args.positions.layout));
   check_last_dim(input, name, args.nope_dim + args.emb_dim, "nope_dim + emb_dim");
@@ -313,8 +332,8 @@ void check_rope_in_place(const ConstTensorView& t, const char* name, const RopeA
 }
 
 void check_kv_args(const KvSplitArgs& args) {
-  if (args.k_dim < 0) fail("k_dim = " + std::to_string(args.k_dim) + ": expected >= 0");
-  if (args.v_dim < 0) fail("v_dim = " + std::to_string(args.v_dim) + ": expected >= 0");
+  check_dim(args.k_dim, "k_dim");
+  check_dim(args.v_dim, "v_dim");
   check_rotation(args.rotation, args.emb_dim);
   check_status_word(args.status);
 }
@@ -338,6 +357,12 @@ void check_k_pe_view(const ConstTensorView& kv, const ConstTensorView& v, const 
 }
 
 }  // namespace
+
+void check_dim(std::int64_t value, const char* name) {
+  if (value < 0) fail(std::string(name) + " = " + std::to_string(value) + ": expected >= 0");
+  if (value > kMaxDim)
+    fail(std::string(name) + " = " + std::to_string(value) + ": more than 2^61, the largest size (SPEC.md §5)");
+}
 
 bool writes_nothing(const RopeCall& c) { return c.out.numel() == 0; }
 bool writes_nothing(const RopeInplaceCall& c) { return c.t.numel() == 0; }
@@ -412,8 +437,8 @@ void validate(const YarnTablesCall& c) {
   const ConstTensorView cos = c.cos, sin = c.sin;
   if (cos.rank < 1) fail("cos: rank 0, expected [R, emb_dim] or [R, 1, 1, emb_dim]");
   const std::int64_t emb_dim = cos.size(-1);
-  if (emb_dim < 2 || emb_dim % 2 != 0)
-    fail("emb_dim = " + std::to_string(emb_dim) + " (last dim of cos): expected an even number >= 2");
+  if (emb_dim < 2 || emb_dim % 2 != 0 || emb_dim > kMaxDim)
+    fail("emb_dim = " + std::to_string(emb_dim) + " (last dim of cos): expected an even number >= 2, at most 2^61");
   check_table(cos, "cos", emb_dim);
   check_table(sin, "sin", emb_dim);
   check_same_dims(cos, "cos", sin, "sin", cos.rank);
@@ -441,6 +466,8 @@ void validate(const YarnTablesCall& c) {
          ": makes mscale(scaling_factor, mscale_all_dim) zero, so the concentration factor is infinite");
   if (c.table_layout != PairLayout::half && c.table_layout != PairLayout::interleaved)
     fail("table_layout: unknown value");
+  if (c.offset > kMaxDim || c.offset < -kMaxDim)  // positions offset + row stay in 63 bits
+    fail("offset = " + std::to_string(c.offset) + ": beyond 2^61 in magnitude, the largest size (SPEC.md §5)");
 }
 
 namespace {

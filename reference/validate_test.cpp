@@ -410,6 +410,81 @@ TEST(ValidateKvSplit, DimsMustBeValid) {
       [](KvSplitArgs& a) { a.rotation.cos.shape[0] = a.rotation.sin.shape[0] = kS - 1; }, "cos/sin");
 }
 
+// Every size argument at 2^31, 2^62 and 2^63 - 1 (and a stride at -2^63): the error names it
+// before any sum of sizes or product of a size and a stride can overflow (UBSan checks that in
+// the sanitizer build). At 2^31 a size is either the call's own mismatch, named by its
+// formula, or no size error at all (a view of 2^31 heads over these small buffers overlaps the
+// others, which validate() says instead).
+TEST(ValidateSizes, EverySizeArgumentIsNamedAtTheLimits) {
+  const auto message_of = [](const auto& call) -> std::string {
+    try {
+      validate(call);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto rejects = [&](const auto& call, const std::vector<std::string>& needles) {
+    const std::string message = message_of(call);
+    EXPECT_FALSE(message.empty()) << "accepted";
+    for (const std::string& needle : needles) EXPECT_NE(message.find(needle), std::string::npos) << message;
+  };
+  const auto no_size_error = [&](const auto& call) {
+    const std::string message = message_of(call);
+    EXPECT_EQ(message.find("2^6"), std::string::npos) << message;
+  };
+  for (const std::int64_t value : {std::int64_t{1} << 31, std::int64_t{1} << 62, INT64_MAX}) {
+    SCOPED_TRACE("value " + std::to_string(value));
+    const std::string v = std::to_string(value);
+    const bool beyond = value > kMaxDim;
+    for (TokenLayout layout : {TokenLayout::sbhd, TokenLayout::thd}) {
+      RopeSetup r(layout);
+      RopeCall c = r.rope();
+      c.args.nope_dim = value;
+      rejects(c, {beyond ? "nope_dim = " + v : "nope_dim + emb_dim"});
+      c = r.rope();
+      c.args.emb_dim = value;
+      rejects(c, {"emb_dim"});
+      const int heads = layout == TokenLayout::sbhd ? 2 : 1;
+      c = r.rope();
+      c.t.shape[heads] = c.out.shape[heads] = value;
+      if (beyond) rejects(c, {"t: heads (dim " + std::to_string(heads) + ") = " + v});
+      else no_size_error(c);
+      c = r.rope();
+      c.t.strides[0] = value;
+      if (beyond) rejects(c, {"t:", "stride", v});
+      else no_size_error(c);
+      RopeInplaceCall in_place = r.inplace();
+      in_place.t.strides[0] = INT64_MIN;
+      rejects(in_place, {"t: stride " + std::to_string(INT64_MIN)});
+      KvSetup k(layout);
+      KvSplitCall f = k.forward();
+      f.args.k_dim = value;
+      rejects(f, {beyond ? "k_dim = " + v : "k_dim + v_dim"});
+      f = k.forward();
+      f.args.v_dim = value;
+      rejects(f, {beyond ? "v_dim = " + v : "k_dim + v_dim"});
+      KvSplitBackwardCall b = k.backward();
+      b.args.k_dim = value;
+      rejects(b, {beyond ? "k_dim = " + v : "k_dim + emb_dim"});
+      b = k.backward();
+      b.args.emb_dim = value;
+      rejects(b, {"emb_dim"});
+      b = k.backward();
+      b.grad_key.shape[heads] = value;
+      rejects(b, {beyond ? "grad_key: heads" : "grad_value"});
+    }
+  }
+}
+
+TEST(ValidateSizes, TheLargestSizeIsTwoToTheSixtyOne) {
+  EXPECT_NO_THROW(check_dim(0, "k_dim"));
+  EXPECT_NO_THROW(check_dim(kMaxDim, "k_dim"));
+  EXPECT_THROW(check_dim(kMaxDim + 1, "k_dim"), Error);
+  EXPECT_THROW(check_dim(-1, "k_dim"), Error);
+  EXPECT_EQ(kMaxDim, std::int64_t{1} << 61);
+}
+
 TEST(ValidateKvSplit, ViewsMustHaveTheirShapes) {
   KvSetup s(TokenLayout::sbhd);
   KvSplitCall f = s.forward();

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "mlarope/error.h"
+#include "mlarope/validate.h"
 #include "reference.h"
 
 namespace mlarope::harness {
@@ -44,7 +46,21 @@ std::int64_t get_int(const json& j, const char* key, const std::string& where,
   }
   const json& v = j.at(key);
   if (!v.is_number_integer()) fail(where + ": '" + key + "' must be an integer, got " + v.dump());
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+    fail(where + ": '" + key + "' = " + v.dump() + " is beyond a 64-bit signed integer");
   return v.get<std::int64_t>();
+}
+
+// A size key (emb_dim, nope_dim, k_dim, v_dim) within the library's bound (check_dim), read
+// before any shape is made from it, so that no sum of sizes overflows.
+std::int64_t get_dim(const json& j, const char* key, const std::string& where, bool required) {
+  const std::int64_t value = get_int(j, key, where, 0, required);
+  try {
+    check_dim(value, key);
+  } catch (const Error& e) {
+    fail(where + ": " + e.what());
+  }
+  return value;
 }
 
 bool get_bool(const json& j, const char* key, const std::string& where) {
@@ -193,7 +209,7 @@ YarnTable parse_yarn(const json& j, const std::string& where) {
   if (!j.is_object()) fail(where + ": 'yarn' must be an object of YaRN parameters");
   reject_unknown_keys(j, keys, where + ": yarn", "key");
   YarnTable y;
-  y.rows = get_int(j, "rows", where + ": yarn", 0, true);
+  y.rows = get_dim(j, "rows", where + ": yarn", true);
   y.offset = get_int(j, "offset", where + ": yarn", 0, false);
   if (y.rows < 0 || y.offset < 0) fail(where + ": yarn: rows and offset must be >= 0");
   auto number = [&](const char* key, double& into) {
@@ -247,10 +263,10 @@ CaseConfig parse_config(const json& j, const std::string& where) {
     return 0;
   });
   const bool rope = is_rope_op(c.op);
-  c.emb_dim = get_int(j, "emb_dim", where, 0, true);
-  c.nope_dim = get_int(j, "nope_dim", where, 0, rope);
-  c.k_dim = get_int(j, "k_dim", where, 0, !rope);
-  c.v_dim = get_int(j, "v_dim", where, 0, !rope);
+  c.emb_dim = get_dim(j, "emb_dim", where, true);
+  c.nope_dim = get_dim(j, "nope_dim", where, rope);
+  c.k_dim = get_dim(j, "k_dim", where, !rope);
+  c.v_dim = get_dim(j, "v_dim", where, !rope);
   c.inverse = get_bool(j, "inverse", where);
   c.in_place = get_bool(j, "in_place", where);
   if (c.in_place && !rope) fail(where + ": in_place = true, but " + std::string(to_string(c.op)) + " has no in-place form");

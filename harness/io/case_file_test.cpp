@@ -241,6 +241,42 @@ TEST(CaseFile, InPlaceKvSplitIsRejected) {
   expect_read_error(tmp.path(), {"in_place = true", "kv_split"});
 }
 
+// A size key at 2^62 or 2^63 - 1 is named before any shape is made from it (the output of a
+// kv_split with k_dim 2^63 - 1 would have a last dim k_dim + emb_dim), and one beyond a signed
+// 64-bit integer too.
+TEST(CaseFile, SizesBeyondTheLargestAreNamedBeforeAnyShapeIsMade) {
+  TempDir tmp;
+  write_case(tmp.path(), small_thd_case());
+  for (const char* key : {"emb_dim", "nope_dim"})
+    for (std::int64_t value : {std::int64_t{1} << 62, INT64_MAX}) {
+      rewrite_json(tmp.path(), [&](nlohmann::json& j) {
+        j["emb_dim"] = 4;
+        j["nope_dim"] = 4;
+        j[key] = value;
+      });
+      expect_read_error(tmp.path(), {"case.json", std::string(key) + " = " + std::to_string(value), "2^61"});
+    }
+  rewrite_json(tmp.path(), [](nlohmann::json& j) {
+    j["emb_dim"] = 4;
+    j["nope_dim"] = 4;
+    j["op"] = "kv_split";
+    j.erase("nope_dim");
+    j["k_dim"] = 1;
+    j["v_dim"] = 1;
+  });
+  for (const char* key : {"k_dim", "v_dim"})
+    for (std::int64_t value : {std::int64_t{1} << 62, INT64_MAX}) {
+      rewrite_json(tmp.path(), [&](nlohmann::json& j) {
+        j["k_dim"] = 1;
+        j["v_dim"] = 1;
+        j[key] = value;
+      });
+      expect_read_error(tmp.path(), {"case.json", std::string(key) + " = " + std::to_string(value)});
+    }
+  rewrite_json(tmp.path(), [](nlohmann::json& j) { j["k_dim"] = std::uint64_t{1} << 63; });
+  expect_read_error(tmp.path(), {"'k_dim' = 9223372036854775808", "beyond a 64-bit signed integer"});
+}
+
 TEST(CaseFile, InvalidCallIsRejectedByTheBackendWithTheArgumentNamed) {
   Case c = small_thd_case();
   c.config.cp_size = 2;

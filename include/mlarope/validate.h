@@ -21,6 +21,13 @@ void validate(const YarnTablesCall& call);
 inline constexpr std::int64_t kMaxCpSize = std::int64_t{1} << 20;
 /// Largest element count and byte extent of a view (index arithmetic fits in 63 bits).
 inline constexpr std::int64_t kMaxViewBytes = std::int64_t{1} << 62;
+/// The largest size argument (nope_dim, emb_dim, k_dim, v_dim, a dimension of a view): as many
+/// elements of the narrowest dtype (2 bytes) as kMaxViewBytes holds, so that the sum of two
+/// stays below 2^63.
+inline constexpr std::int64_t kMaxDim = kMaxViewBytes / 2;
+
+/// Throws mlarope::Error naming `name` when `value` is negative or above kMaxDim.
+void check_dim(std::int64_t value, const char* name);
 
 /// True when the call writes no element (every output has zero elements): after validate(),
 /// such a call is a no-op that launches nothing, whatever its other dimensions.
