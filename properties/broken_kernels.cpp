@@ -12,10 +12,10 @@ using fault_injection::FaultyHostStream;
 using fault_injection::KernelFault;
 using harness::CheckKind;
 
-harness::Backend faulty_kernel_backend(KernelFault fault, std::uint64_t order_seed) {
-  // Under the GPU model: the faults are edits of the device code paths, which the host's fast
-  // mode skips where it has host-only branches (rope_on_host, kv_split_on_host, ...).
-  auto stream = std::make_shared<FaultyHostStream>(fault, order_seed, 0, /*gpu_model=*/true);
+harness::Backend faulty_kernel_backend(KernelFault fault, std::uint64_t order_seed, bool gpu_model) {
+  // Under the GPU model by default: most faults are edits of the device code paths, which the
+  // host's fast mode skips where it has host-only branches (rope_on_host, kv_split_on_host, ...).
+  auto stream = std::make_shared<FaultyHostStream>(fault, order_seed, 0, gpu_model);
   harness::Backend b;
   b.name = fault == KernelFault::none ? std::string("host_faulty")
                                       : "broken:kernel_" + std::string(to_string(fault));
@@ -25,7 +25,7 @@ harness::Backend faulty_kernel_backend(KernelFault fault, std::uint64_t order_se
   b.rope_backward_inplace = [stream](const RopeBackwardInplaceCall& c) { stream->rope_backward_inplace(c); };
   b.kv_split = [stream](const KvSplitCall& c) { stream->kv_split(c); };
   b.kv_split_backward = [stream](const KvSplitBackwardCall& c) { stream->kv_split_backward(c); };
-  b.with_order_seed = [fault](std::uint64_t seed) { return faulty_kernel_backend(fault, seed); };
+  b.with_order_seed = [fault, gpu_model](std::uint64_t seed) { return faulty_kernel_backend(fault, seed, gpu_model); };
   b.capture = [stream](const std::function<void()>& launches) -> std::function<void()> {
     stream->begin_capture();
     try {

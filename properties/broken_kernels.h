@@ -16,8 +16,10 @@ namespace mlarope::props {
 /// The faulty-library host backend applying `fault` as a harness Backend, with order seeds
 /// and graph capture like harness::host_backend. Named "broken:kernel_<fault>", or
 /// "host_faulty" for KernelFault::none (the unbroken build of the same library).
+/// With `gpu_model` false it runs the host's fast mode, whose host-only branches the faults of
+/// those branches (fast_slice_overread, local_array_overflow) edit.
 harness::Backend faulty_kernel_backend(fault_injection::KernelFault fault,
-                                       std::uint64_t order_seed = 0);
+                                       std::uint64_t order_seed = 0, bool gpu_model = true);
 
 /// The broken kernel variants (every fault that changes results: all but none and slow), with
 /// the checks that must catch each and the cases to draw; the same list that is registered.

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/portability.h"
 
@@ -22,25 +21,6 @@ struct HeadSegments {
   std::int64_t length = 0;
 };
 
-#if !defined(__CUDA_ARCH__)
-/// The host's fast mode: a thread's items form one contiguous range of (head, item) pairs,
-/// and the items of a head cover its elements in order, so each head's share is one memcpy.
-template <class T>
-inline void copy_item_range_on_host(const HeadSegments<T>& s, ItemRange range, std::int64_t items,
-                                    std::int64_t vectors, std::int64_t per_vector) {
-  const auto element = [&](std::int64_t item) {  // first element of an item
-    return item < vectors ? item * per_vector : vectors * per_vector + (item - vectors);
-  };
-  for (std::int64_t k = range.begin; k < range.end;) {
-    const std::int64_t head = k / items, first = k - head * items;
-    const std::int64_t last = range.end - head * items < items ? range.end - head * items : items;
-    const std::int64_t from = element(first), to = last == items ? s.length : element(last);
-    std::memcpy(s.dst + head * s.dst_head_stride + from, s.src + head * s.src_head_stride + from,
-                static_cast<std::size_t>(to - from) * sizeof(T));
-    k += last - first;
-  }
-}
-#endif
 
 /// Copy every head's segment; the (head, item) pairs, an item being a 16-byte vector or an
 /// element of the tail / of an unaligned segment, are shared out by share_of_items.
@@ -55,13 +35,10 @@ MLAROPE_HD inline void copy_head_segments(const HeadSegments<T>& s, bool vector,
   if (items == 0 || s.heads == 0) return;
   const ItemRange range = share_of_items(items * s.heads, thread, num_threads);
   if (range.begin >= range.end) return;
-#if !defined(__CUDA_ARCH__)
-  if (!MLAROPE_DEVICE_PATHS()) return copy_item_range_on_host(s, range, items, vectors, kPerVector);
-#endif
   // Walk (head, item) without dividing per item: the vectors of a head, then its tail. The
-  // walk stops at range.end for any range; the device paths' ranges end at items * heads, where
-  // k < range.end never fails before item < items does (the faulty copies' contiguous ranges
-  // are where it does: gpu_model_test's coalescing test).
+  // walk stops at range.end for any range: the device paths' ranges end at items * heads, where
+  // k < range.end never fails before item < items does; the host's fast mode gives a thread one
+  // contiguous range (share_of_items), which may start and end inside a head.
   std::int64_t head = quotient(range.begin, items);
   std::int64_t item = range.begin - head * items;
   for (std::int64_t k = range.begin; k < range.end;) {

@@ -24,6 +24,7 @@ enum class KernelFault : int {
   shared_element,         ///< segment copies: two threads write one element (a race)
   contiguous_copy_ranges, ///< segment copies: a contiguous range per thread (coalescing)
   local_array_overflow,   ///< rope (the host's fast branch): a store past a local array (ASan)
+  fast_slice_overread,    ///< rope (the host's fast branch): a read of the byte past each rope slice (ASan)
   staged_missing_barrier, ///< rope (staged, in place): chunks written in the phase that reads slices
 };
 
@@ -33,7 +34,7 @@ inline std::vector<KernelFault> all_kernel_faults() {
           KernelFault::nope_in_place,  KernelFault::table_stride,   KernelFault::slow,
           KernelFault::vector_either_aligned, KernelFault::store_past_end,
           KernelFault::shared_element, KernelFault::contiguous_copy_ranges,  KernelFault::local_array_overflow,
-          KernelFault::staged_missing_barrier};
+          KernelFault::fast_slice_overread, KernelFault::staged_missing_barrier};
 }
 
 /// "none", "cp_chunk", ...
@@ -51,6 +52,7 @@ inline std::string_view to_string(KernelFault fault) {
     case KernelFault::shared_element: return "shared_element";
     case KernelFault::contiguous_copy_ranges: return "contiguous_copy_ranges";
     case KernelFault::local_array_overflow: return "local_array_overflow";
+    case KernelFault::fast_slice_overread: return "fast_slice_overread";
     case KernelFault::staged_missing_barrier: return "staged_missing_barrier";
   }
   return "?";

@@ -427,9 +427,9 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
 
 // The host's fast mode has bodies of its own (thread 0 takes a row, one memcpy per part), and
 // beyond them (kv_split with emb_dim > 512) runs the device bodies with its own share of work:
-// whole (head, item) ranges per thread, one memcpy per head (copy_item_range_on_host), which
-// only calls with many heads and long k and v parts split over several threads. Both must give
-// the GPU model's bits (the device code path), for kv_split and kv_split_backward.
+// one contiguous (head, item) range per thread, which with many heads and long k and v parts
+// starts and ends inside heads. Both must give the GPU model's bits (the device code path), for
+// kv_split and kv_split_backward.
 void expect_fast_mode_gives_the_models_bits(std::int64_t H, std::int64_t E) {
   constexpr std::int64_t S = 4, B = 2, K = 128, V = 128;
   SCOPED_TRACE("H = " + std::to_string(H) + ", emb " + std::to_string(E));

@@ -6,7 +6,11 @@
 //   MLAROPE_EXAMPLE_DROP_INVERSE         claims every call and ignores inverse: a failure;
 //   MLAROPE_EXAMPLE_ABI_VERSION=N        speaks another ABI version: refused when loaded;
 //   MLAROPE_EXAMPLE_CUDA                 takes CUDA memory and runs the CUDA kernels (each call
-//                                        on a stream of its own, finished before it returns).
+//                                        on a stream of its own, finished before it returns);
+//   MLAROPE_EXAMPLE_OVERREAD             also reads the byte just past the last element of a
+//                                        rope call's activation: the checks' guards stop it in
+//                                        sanitizer builds (harness/checks/asan_guards.h).
+#include <cstdint>
 #include <exception>
 #include <string>
 
@@ -89,7 +93,23 @@ int guarded(Body body) {
   }
 }
 
+#if defined(MLAROPE_EXAMPLE_OVERREAD)
+// The bug this build plants: one byte read past the last element of `t` (the value dropped).
+void read_past_the_end(const mlarope_tensor& t) {
+  std::int64_t last = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] == 0) return;
+    last += (t.shape[i] - 1) * t.strides[i];
+  }
+  const std::int64_t element = t.dtype == MLAROPE_DTYPE_F32 ? 4 : 2;
+  (void)*(static_cast<const volatile unsigned char*>(t.data) + (last + 1) * element);
+}
+#endif
+
 int rope_entry(const mlarope_call* c) {
+#if defined(MLAROPE_EXAMPLE_OVERREAD)
+  read_past_the_end(c->in_place ? c->outputs[0] : c->inputs[0]);
+#endif
   RopeArgs a;
   a.nope_dim = c->nope_dim;
   a.emb_dim = c->emb_dim;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "mlarope/error.h"
+#include "checks/asan_guards.h"
 #include "checks/strided_call.h"
 
 namespace mlarope::harness {
@@ -45,6 +46,24 @@ GuardedTensor::GuardedTensor(std::size_t element_size, std::vector<std::int64_t>
   const std::int64_t base = round_up(static_cast<std::int64_t>(address), kAlignment) -
                             static_cast<std::int64_t>(address);
   data_byte_ = base + first_element_ * es;
+  std::vector<std::int64_t> sorted = offsets_;  // the elements' byte runs, for poison_outside
+  std::sort(sorted.begin(), sorted.end());
+  for (const std::int64_t off : sorted) {
+    const std::int64_t from = data_byte_ + off * es;
+    if (!element_bytes_.empty() && element_bytes_.back().second >= from)
+      element_bytes_.back().second = std::max(element_bytes_.back().second, from + es);
+    else
+      element_bytes_.emplace_back(from, from + es);
+  }
+}
+
+void GuardedTensor::poison_outside(const std::string& name) const {
+  const std::byte* begin = storage_.data();
+  asan_guards::poison(begin, begin + storage_.size(), begin + data_byte_, element_bytes_, name);
+}
+
+void GuardedTensor::unpoison() const {
+  asan_guards::unpoison(storage_.data(), storage_.data() + storage_.size());
 }
 
 std::uint64_t GuardedTensor::element_bits(std::int64_t byte) const {

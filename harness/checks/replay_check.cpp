@@ -98,7 +98,7 @@ CheckResult check_graph_replay(CheckContext& ctx) {
   try {
     replay = backend.capture(call.launcher(backend));
     call.load(variant, Fill::poison_b);
-    replay();
+    call.run_guarded(replay);
   } catch (const std::exception& e) {
     return failed(CheckKind::graph_replay, std::string("capture or replay threw: ") + e.what());
   }

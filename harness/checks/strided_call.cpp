@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "checks/asan_guards.h"
 #include "mlarope/error.h"
 
 namespace mlarope::harness {
@@ -253,7 +254,29 @@ const F& require(const F& f, const Backend& b, const char* what) {
 }
 }  // namespace
 
+void StridedCall::run_guarded(const std::function<void()>& f) const {
+  struct Poisoned {  // the guards and gaps unaddressable while f runs, whatever it throws
+    const StridedCall& call;
+    explicit Poisoned(const StridedCall& c) : call(c) {
+      for (const auto& [name, slot] : call.slots_) slot.tensor.poison_outside(name);
+      const auto* words = reinterpret_cast<const std::byte*>(call.status_.data());
+      asan_guards::poison(words, words + call.status_.size() * sizeof(DeviceStatus), words + 2 * sizeof(DeviceStatus),
+                          {{2 * sizeof(DeviceStatus), 3 * sizeof(DeviceStatus)}}, "status word");
+    }
+    ~Poisoned() {
+      for (const auto& [name, slot] : call.slots_) slot.tensor.unpoison();
+      const auto* words = reinterpret_cast<const std::byte*>(call.status_.data());
+      asan_guards::unpoison(words, words + call.status_.size() * sizeof(DeviceStatus));
+    }
+  } poisoned(*this);
+  f();
+}
+
 void StridedCall::call(const Backend& b) const {
+  run_guarded([&] { call_unguarded(b); });
+}
+
+void StridedCall::call_unguarded(const Backend& b) const {
   const bool forward = config_.op == Op::rope;
   switch (config_.op) {
     case Op::rope:

@@ -69,6 +69,11 @@ class GuardedTensor {
                               const std::function<bool(const Change&)>& keep = {}) const;
   /// Index tuple of element `flat`.
   std::vector<std::int64_t> index_of(std::int64_t flat) const;
+  /// In AddressSanitizer builds, every byte of the storage but the view's elements (guards,
+  /// gaps) unaddressable until unpoison(), and known as tensor `name` to ASan's reports
+  /// (asan_guards.h); elsewhere nothing.
+  void poison_outside(const std::string& name) const;
+  void unpoison() const;
 
  private:
   std::uint64_t element_bits(std::int64_t byte) const;
@@ -78,6 +83,7 @@ class GuardedTensor {
   std::vector<std::int64_t> shape_, strides_;
   std::vector<std::int64_t> offsets_;       ///< element offset of each flat index
   std::vector<std::int32_t> role_;          ///< per storage element: flat index, or -1 (gap/guard)
+  std::vector<std::pair<std::int64_t, std::int64_t>> element_bytes_;  ///< runs of element bytes in storage_
   std::int64_t guard_elements_ = 0, span_ = 0, first_element_ = 0;
   std::int64_t data_byte_ = 0;
   std::vector<std::byte> storage_;
@@ -118,6 +124,9 @@ class StridedCall {
   void call(const Backend& backend) const;
   /// A function that runs the op on `backend` over these buffers (for capture).
   std::function<void()> launcher(const Backend& backend) const;
+  /// Run `f` (a call, or the replay of a captured one) with the guards and gaps of every
+  /// buffer unaddressable in AddressSanitizer builds (asan_guards.h).
+  void run_guarded(const std::function<void()>& f) const;
   /// The outputs, as contiguous arrays in the activation dtype, and the status word.
   CaseOutputs outputs() const;
   /// Coverage, immutability and bounds findings against the snapshot of the last load.
@@ -133,6 +142,7 @@ class StridedCall {
   };
   Slot& add(const std::string& name, const npy::Array& like, std::vector<std::int64_t> strides,
             bool output, DType dtype);
+  void call_unguarded(const Backend& backend) const;
   void build_activations(const Case& c);
   void build_metadata(const Case& c);
   void audit_slot(const std::string& name, const Slot& slot, std::vector<RunFinding>& out) const;
