@@ -178,20 +178,22 @@ TEST(ThdGate, ManySequencesBoundTheGatesReads) {
 
 // The gate reads cu_seqlens four entries at a time from its first entry aligned to 16 bytes:
 // an array starting 0 to 3 entries past an aligned address has a head, groups and a tail of
-// lone sequences, and a bad sequence in any of them closes the gate.
+// lone sequences (with 1 or 2 sequences, fewer than the head), and a bad sequence in any of
+// them closes the gate.
 TEST(ThdGate, ABadSequenceInTheHeadGroupsOrTailOfTheVectorReadsIsSeen) {
-  constexpr std::int64_t n = 23;
-  for (std::size_t offset = 0; offset < 4; ++offset)
-    for (std::int64_t bad = 0; bad < n; ++bad) {
-      std::vector<std::int32_t> storage(offset, 0);
-      const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
-      storage.insert(storage.end(), cu.begin(), cu.end());
-      storage[offset + static_cast<std::size_t>(bad) + 1] -= 2;  // sequence `bad` has length -1
-      SCOPED_TRACE("offset " + std::to_string(offset) + ", bad sequence " + std::to_string(bad));
-      const ThdResult r = run_rope_at(storage, offset, n, true);
-      EXPECT_EQ(r.status, kStatusBadCuSeqlens);
-      EXPECT_EQ(rows_passed_through(r, n), n);
-    }
+  for (const std::int64_t n : {1, 2, 23})
+    for (std::size_t offset = 0; offset < 4; ++offset)
+      for (std::int64_t bad = 0; bad < n; ++bad) {
+        std::vector<std::int32_t> storage(offset, 0);
+        const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
+        storage.insert(storage.end(), cu.begin(), cu.end());
+        storage[offset + static_cast<std::size_t>(bad) + 1] -= 2;  // sequence `bad` has length -1
+        SCOPED_TRACE(std::to_string(n) + " sequences, offset " + std::to_string(offset) + ", bad sequence " +
+                     std::to_string(bad));
+        const ThdResult r = run_rope_at(storage, offset, n, true);
+        EXPECT_EQ(r.status, kStatusBadCuSeqlens);
+        EXPECT_EQ(rows_passed_through(r, n), n);
+      }
 }
 
 }  // namespace
