@@ -46,20 +46,23 @@ GuardedTensor::GuardedTensor(std::size_t element_size, std::vector<std::int64_t>
   const std::int64_t base = round_up(static_cast<std::int64_t>(address), kAlignment) -
                             static_cast<std::int64_t>(address);
   data_byte_ = base + first_element_ * es;
-  std::vector<std::int64_t> sorted = offsets_;  // the elements' byte runs, for poison_outside
-  std::sort(sorted.begin(), sorted.end());
-  for (const std::int64_t off : sorted) {
-    const std::int64_t from = data_byte_ + off * es;
-    if (!element_bytes_.empty() && element_bytes_.back().second >= from)
-      element_bytes_.back().second = std::max(element_bytes_.back().second, from + es);
-    else
-      element_bytes_.emplace_back(from, from + es);
-  }
 }
 
 void GuardedTensor::poison_outside(const std::string& name) const {
+  if (!asan_guards::enabled()) return;  // the element runs cost a sort: sanitizer builds only
+  const auto es = static_cast<std::int64_t>(element_size_);
+  std::vector<std::int64_t> sorted = offsets_;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> elements;  // byte runs in storage_
+  for (const std::int64_t off : sorted) {
+    const std::int64_t from = data_byte_ + off * es;
+    if (!elements.empty() && elements.back().second >= from)
+      elements.back().second = std::max(elements.back().second, from + es);
+    else
+      elements.emplace_back(from, from + es);
+  }
   const std::byte* begin = storage_.data();
-  asan_guards::poison(begin, begin + storage_.size(), begin + data_byte_, element_bytes_, name);
+  asan_guards::poison(begin, begin + storage_.size(), begin + data_byte_, elements, name);
 }
 
 void GuardedTensor::unpoison() const {

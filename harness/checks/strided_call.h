@@ -83,7 +83,6 @@ class GuardedTensor {
   std::vector<std::int64_t> shape_, strides_;
   std::vector<std::int64_t> offsets_;       ///< element offset of each flat index
   std::vector<std::int32_t> role_;          ///< per storage element: flat index, or -1 (gap/guard)
-  std::vector<std::pair<std::int64_t, std::int64_t>> element_bytes_;  ///< runs of element bytes in storage_
   std::int64_t guard_elements_ = 0, span_ = 0, first_element_ = 0;
   std::int64_t data_byte_ = 0;
   std::vector<std::byte> storage_;

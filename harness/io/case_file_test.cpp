@@ -258,7 +258,6 @@ TEST(CaseFile, SizesBeyondTheLargestAreNamedBeforeAnyShapeIsMade) {
     }
   rewrite_json(tmp.path(), [](nlohmann::json& j) {
     j["emb_dim"] = 4;
-    j["nope_dim"] = 4;
     j["op"] = "kv_split";
     j.erase("nope_dim");
     j["k_dim"] = 1;
