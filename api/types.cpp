@@ -1,4 +1,4 @@
-// Spellings of the enums of SPEC.md, the status word, and Megatron's flag mapping.
+// Spellings of the enums of docs/semantics.md, the status word, and Megatron's flag mapping.
 #include <string>
 
 #include "mlarope/error.h"

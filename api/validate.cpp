@@ -1,4 +1,4 @@
-// SPEC.md §5: host-known rules, checked before anything is launched, and the device-metadata
+// docs/semantics.md §5: host-known rules, checked before anything is launched, and the device-metadata
 // rules applied to host copies. Every message names the argument, its value, what was expected.
 #include "mlarope/validate.h"
 
@@ -50,7 +50,7 @@ std::string dim_label(const ConstTensorView& v, int i) {
   return label != nullptr ? std::string(label) + " (dim " + std::to_string(i) + ")" : "dim " + std::to_string(i);
 }
 
-// SPEC.md §5: element count and byte extent within 2^62, so index arithmetic cannot overflow.
+// docs/semantics.md §5: element count and byte extent within 2^62, so index arithmetic cannot overflow.
 // Each dimension and stride is bounded first, naming the one that is too large.
 void check_view_size(const ConstTensorView& v, const char* name) {
   for (int i = 0; i < v.rank; ++i)
@@ -58,7 +58,7 @@ void check_view_size(const ConstTensorView& v, const char* name) {
   for (int i = 0; i < v.rank; ++i)
     if (v.shape[i] > kMaxDim)
       fail(std::string(name) + ": " + dim_label(v, i) + " = " + std::to_string(v.shape[i]) + " in shape " +
-           shape_string(v) + ", more than 2^61 (the largest size, SPEC.md §5)");
+           shape_string(v) + ", more than 2^61 (the largest size, docs/semantics.md §5)");
   for (int i = 0; i < v.rank; ++i)
     if (v.strides[i] > kMaxViewBytes || v.strides[i] < -kMaxViewBytes)
       fail(std::string(name) + ": stride " + std::to_string(v.strides[i]) + " of " + dim_label(v, i) +
@@ -75,7 +75,7 @@ void check_view_size(const ConstTensorView& v, const char* name) {
          " spans more than 2^62 bytes");
 }
 
-// SPEC.md §5: a pointer that is accessed is aligned to its element size (a GPU traps otherwise).
+// docs/semantics.md §5: a pointer that is accessed is aligned to its element size (a GPU traps otherwise).
 void check_aligned(const void* data, std::size_t element_bytes, const char* name, const char* type) {
   const auto address = reinterpret_cast<std::uintptr_t>(data);
   if (address % element_bytes == 0) return;
@@ -361,7 +361,7 @@ void check_k_pe_view(const ConstTensorView& kv, const ConstTensorView& v, const 
 void check_dim(std::int64_t value, const char* name) {
   if (value < 0) fail(std::string(name) + " = " + std::to_string(value) + ": expected >= 0");
   if (value > kMaxDim)
-    fail(std::string(name) + " = " + std::to_string(value) + ": more than 2^61, the largest size (SPEC.md §5)");
+    fail(std::string(name) + " = " + std::to_string(value) + ": more than 2^61, the largest size (docs/semantics.md §5)");
 }
 
 bool writes_nothing(const RopeCall& c) { return c.out.numel() == 0; }
@@ -467,7 +467,7 @@ void validate(const YarnTablesCall& c) {
   if (c.table_layout != PairLayout::half && c.table_layout != PairLayout::interleaved)
     fail("table_layout: unknown value");
   if (c.offset > kMaxDim || c.offset < -kMaxDim)  // positions offset + row stay in 63 bits
-    fail("offset = " + std::to_string(c.offset) + ": beyond 2^61 in magnitude, the largest size (SPEC.md §5)");
+    fail("offset = " + std::to_string(c.offset) + ": beyond 2^61 in magnitude, the largest size (docs/semantics.md §5)");
 }
 
 namespace {
@@ -477,7 +477,7 @@ std::int64_t index_at(const IndexView& v, std::int64_t i) {
                                   : static_cast<const std::int64_t*>(v.data)[i];
 }
 
-// CP position of local position lp in a local sequence of length len (SPEC.md §2).
+// CP position of local position lp in a local sequence of length len (docs/semantics.md §2).
 std::int64_t cp_position(std::int64_t lp, std::int64_t len, std::int64_t cp_size,
                          std::int64_t cp_rank) {
   if (cp_size == 1) return lp;

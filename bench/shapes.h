@@ -1,4 +1,4 @@
-// Benchmark shapes and the minimum memory traffic of each op (DESIGN.md performance model).
+// Benchmark shapes and the minimum memory traffic of each op (the performance model of docs/architecture.md).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@ struct Shape {
   DType dtype = DType::bf16;
 };
 
-/// SPEC.md name of a benchmarked op.
+/// The name of a benchmarked op (docs/semantics.md §4).
 std::string to_string(BenchOp op);
 
 /// Bytes each input is read once and each output written once: in place only the rope slices;

@@ -18,7 +18,7 @@ only in .gpu-deps/prefix (bash ci/gpu-deps.sh makes it), then runs, each step un
                     (the Python module built for the device's python3; needs torch and triton)
   properties        the property binaries again with MLAROPE_BACKEND=cuda
   fuzz              mlarope fuzz --backend cuda for FUZZ_SECONDS
-  megatron-cases    the Megatron cases of .gpu-deps/cases on the reference, host and cuda backends
+  megatron-cases    the Megatron cases (data/megatron) on the reference, host and cuda backends
   graph-replay      the CUDA graph capture and replay tests (GraphBackendTest.*/cuda)
   memcheck          compute-sanitizer memcheck --padding 32 over `mlarope run CASE --backend cuda`
                     (one case per op and layout) and the CUDA rope/kv_split backend tests
@@ -36,7 +36,7 @@ status is nonzero when a step failed or timed out. The whole run keeps to GPU_CH
   --dry-run   for a machine without a GPU: configure and build the same binaries with the same
               prefix-only search, run what needs no device (ctest, where the CUDA instances must
               skip with a message; the property binaries on the host backend; a short host fuzz;
-              the Megatron cases from .gpu-deps/cases on reference and host; the report), and
+              the Megatron cases on reference and host; the report), and
               mark the device steps "skipped (dry run)"
   --help      this text
 
@@ -47,7 +47,7 @@ Environment:
   GPU_CHECK_STEPS   the steps to run, space separated (default: all; configure and build always run)
   GPU_CHECK_BUDGET  seconds for the whole run (default 460; 3600 in a dry run); a step gets at
                     most what is left, a step that would get under 10 s is not started
-  MLAROPE_CASES_DIR the Megatron cases (default: .gpu-deps/cases)
+  MLAROPE_CASES_DIR the Megatron cases (default: data/megatron)
   MLAROPE_PROPERTY_SCALE  multiplies the property tests' case counts (default 1)
 EOF
 }
@@ -63,7 +63,7 @@ done
 
 source ci/gpu-prefix.sh
 [ -d "$gpu_prefix" ] || { echo "gpu-check: no $gpu_prefix: run bash ci/gpu-deps.sh first (and carry .gpu-deps)" >&2; exit 2; }
-export MLAROPE_CASES_DIR=${MLAROPE_CASES_DIR:-$gpu_cases}
+export MLAROPE_CASES_DIR=${MLAROPE_CASES_DIR:-$PWD/data/megatron}
 build=${BUILD_DIR:-build-gpu}
 out=${OUT_DIR:-${OUT:-gpu-check-out}}
 logs=$PWD/$build/gpu-check          # the staging folder of the tarball
@@ -97,7 +97,7 @@ device_step megatron-fused $((fuzz_seconds + 150)) step_megatron_fused
 run_step properties 120 step_properties
 # A fuzz slice on the CUDA backend (the host backend in a dry run).
 run_step fuzz $((fuzz_seconds + 60)) step_fuzz
-# The Megatron cases from .gpu-deps/cases on every backend (reference and host in a dry run).
+# The Megatron cases on every backend (reference and host in a dry run).
 run_step megatron-cases 90 step_megatron_cases
 
 # ---- Device-only steps ------------------------------------------------------------------------

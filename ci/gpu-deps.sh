@@ -3,15 +3,14 @@
 # machine that has the CUDA toolkit but no network and none of our dependencies. Makes the
 # git-ignored folder .gpu-deps, to be carried there (the device tool's carry: [".gpu-deps"]):
 #   .gpu-deps/prefix/usr  the Debian packages below, unpacked with dpkg -x, docs dropped
-#   .gpu-deps/cases       the Megatron cases (../shared/cases/megatron, which does not travel)
-#   .gpu-deps/MANIFEST    package versions, the source of the cases, the size
+#   .gpu-deps/python      Megatron's RoPE sources, from the pinned megatron-core wheel
+#   .gpu-deps/MANIFEST    package versions, the wheel, the size
 # then proves that CMake finds every package from the prefix alone, and prints the size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source ci/gpu-prefix.sh
 packages=(libeigen3-dev librapidcheck-dev libgtest-dev libgmock-dev libbenchmark-dev
           libbenchmark1debian libcli11-dev nlohmann-json3-dev pybind11-dev libdlpack-dev)
-cases_source=${MLAROPE_CASES_SOURCE:-../shared/cases/megatron}
 
 # Download the packages (no install, no root needed) and unpack them into the prefix.
 unpack_packages() {
@@ -28,15 +27,6 @@ unpack_packages() {
 # What the build does not read: documentation, pkg-config files, the dangling gtest source link.
 prune_prefix() {
   rm -rf "$gpu_prefix/share/doc" "$gpu_prefix/share/pkgconfig" "$gpu_libdir/pkgconfig" "$gpu_prefix/src"
-}
-
-# The Megatron cases, so that they travel with the checkout.
-copy_cases() {
-  [ -f "$cases_source/case_000/case.json" ] ||
-    { echo "gpu-deps: no Megatron cases at $cases_source (set MLAROPE_CASES_SOURCE)" >&2; exit 1; }
-  rm -rf "$gpu_cases"
-  cp -r "$cases_source" "$gpu_cases"
-  echo "cases $(ls -d "$gpu_cases"/case_* | wc -l) from $(cd "$cases_source" && pwd)" >>"$gpu_deps/MANIFEST"
 }
 
 # Megatron's RoPE sources (adapters/megatron), from the pinned, hash-checked wheel: only the
@@ -88,9 +78,8 @@ EOF
 
 unpack_packages
 prune_prefix
-copy_cases
 copy_megatron
 verify_prefix
 size=$(du -sh "$gpu_deps" | cut -f1)
 echo "size $size" >>"$gpu_deps/MANIFEST"
-echo "gpu-deps: $gpu_deps is $size (carry limit 64 MiB): prefix $(du -sh "$gpu_deps/prefix" | cut -f1), cases $(du -sh "$gpu_cases" | cut -f1)"
+echo "gpu-deps: $gpu_deps is $size (carry limit 64 MiB): prefix $(du -sh "$gpu_deps/prefix" | cut -f1)"

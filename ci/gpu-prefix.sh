@@ -2,11 +2,9 @@
 # the CMake arguments that make find_package look there and nowhere else.
 #   gpu_deps      .gpu-deps (git-ignored; made by ci/gpu-deps.sh, carried to the GPU machine)
 #   gpu_prefix    its unpacked Debian packages (usr/include, usr/lib/..., usr/share/cmake)
-#   gpu_cases     the Megatron cases (a copy of ../shared/cases/megatron)
 #   prefix_only   CMake arguments: search the prefix only (no system, PATH or registry paths)
 gpu_deps=$PWD/.gpu-deps
 gpu_prefix=$gpu_deps/prefix/usr
-gpu_cases=$gpu_deps/cases
 gpu_libdir=$gpu_prefix/lib/x86_64-linux-gnu
 
 # The path of the first of NAMES found on PATH, in /usr/local/cuda/bin or in $CUDA_HOME/bin.

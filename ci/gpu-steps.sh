@@ -191,7 +191,7 @@ step_properties() {
   echo "properties (MLAROPE_BACKEND=$backend, scale $scale): $passed passed, $skipped skipped"
 }
 
-# A fuzz slice: every check of DESIGN.md on random cases.
+# A fuzz slice: every check of docs/architecture.md on random cases.
 step_fuzz() {
   local backend=cuda
   ((dry_run)) && backend=host

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation testing of mlarope's kernel and launch sources (issue 15, point 5).
+"""Mutation testing of mlarope's kernel and launch sources.
 
 A mutant is one single-token change to a kernel or launch source: `+` for `-`, `<` for `<=`,
 `&&` for `||`, a dropped `!`, a constant 2 for 1, `true` for `false`. The tool applies one
@@ -1399,7 +1399,7 @@ def build_parser(root_default):
     g.add_argument("--timeout-factor", type=float, default=5.0,
                    help="a check may run this many times its baseline time, if longer (default 5)")
     g.add_argument("--baseline-timeout", type=float, default=900.0, help="seconds a baseline check may run (default 900)")
-    g.add_argument("--cases-dir", help="Megatron cases (default: $MLAROPE_CASES_DIR, else ROOT/../shared/cases/megatron)")
+    g.add_argument("--cases-dir", help="Megatron cases (default: $MLAROPE_CASES_DIR, else ROOT/data/megatron)")
     g = p.add_argument_group("build")
     g.add_argument("--root", default=root_default, help="the checkout to mutate (default: the one holding this script)")
     g.add_argument("--scratch", default="/tmp/mlarope-mutate", help="scratch folder: SCRATCH/src, SCRATCH/build "
@@ -1514,7 +1514,7 @@ def main(argv=None):
                 log(f"{n:03d} {s.id} {s.op} {s.change()}{flag} | {s.text.strip()}")
             return 0
         if args.cases_dir is None:
-            args.cases_dir = os.environ.get("MLAROPE_CASES_DIR") or os.path.join(root, "..", "shared", "cases", "megatron")
+            args.cases_dir = os.environ.get("MLAROPE_CASES_DIR") or os.path.join(root, "data", "megatron")
         out_dir = os.path.abspath(args.out)
         if count > 1:
             out_dir = os.path.join(out_dir, f"shard-{index:04d}")

@@ -1,4 +1,4 @@
-// Deliberately broken backends, for proving that the checks can fail (issue 4 point 6). Each
+// Deliberately broken backends, for proving that the checks can fail. Each
 // names the checks that must catch it and the cases to try. To add one (a kernel-level variant
 // built from edited copies of the kernel sources, say), append to broken_backends() or register it from a
 // source file linked into broken_backends_test with a static BrokenBackendRegistrar. The

@@ -1,4 +1,4 @@
-// The checks can fail (issue 4 point 6): every deliberately broken backend of broken_backends.h
+// The checks can fail: every deliberately broken backend of broken_backends.h
 // is caught, within the default budget, by the check it names (the fuzzer's way: random specs
 // through run_checks), and by the RapidCheck property (which shrinks it and writes the case).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The checks catch broken kernels (issue 4 point 6): copies of the real kernel sources with the
+// The checks catch broken kernels: copies of the real kernel sources with the
 // edits of cuda/testing/kernel_faults.txt (mlarope_host_faulty), one fault selected, through
 // the fuzzer's path (random specs through run_checks) within the default budget; and the same library with
 // no fault passes the very cases that caught each fault, so the test can fail both ways.

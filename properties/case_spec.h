@@ -1,6 +1,6 @@
 // A small description of a case (shape, flags, metadata, distributions, a data seed) that
 // RapidCheck generates and shrinks, and `materialize`, which fills the arrays of a case file
-// (SPEC.md §7) deterministically from it.
+// (docs/semantics.md §7) deterministically from it.
 #pragma once
 
 #include <cstdint>
@@ -40,11 +40,11 @@ enum class Values : std::uint8_t {
   ties,
   /// Normal values, with NaNs of random payloads (quiet and signalling, either sign) in the
   /// parts that are copied (nope, kv's k and v, grad_value, grad_key's k part): copies keep
-  /// them bit for bit (SPEC.md §5). Round trip and adjoint skip (not applicable).
+  /// them bit for bit (docs/semantics.md §5). Round trip and adjoint skip (not applicable).
   nan_payloads,
 };
 
-/// Device metadata made invalid on purpose (SPEC.md §5: those rows pass through).
+/// Device metadata made invalid on purpose (docs/semantics.md §5: those rows pass through).
 enum class MetadataFault : std::uint8_t {
   none,
   bad_length,         ///< THD, cp_size > 1: a length not divisible by 2 * cp_size

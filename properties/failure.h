@@ -1,4 +1,4 @@
-// Every failure is a file (DESIGN.md rule 6): a failing case as a case directory (SPEC.md §7)
+// Every failure is a file (docs/architecture.md rule 7): a failing case as a case directory (docs/semantics.md §7)
 // with its spec, its check options and what failed, and the command that replays it.
 #pragma once
 

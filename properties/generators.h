@@ -14,7 +14,7 @@
 
 namespace mlarope::props {
 
-/// The size at which the generators give the distributions of issue 4 (RapidCheck's sizes
+/// The size at which the generators give their intended distributions (RapidCheck's sizes
 /// run 0..100); larger sizes allow more rows per case, not larger dims.
 inline constexpr int kDefaultSize = 100;
 

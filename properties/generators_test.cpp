@@ -1,5 +1,5 @@
-// The generators: every spec materializes into a case the reference accepts, the edge sizes of
-// issue 4 come up often, faults raise their status bits, specs survive JSON, and a failing
+// The generators: every spec materializes into a case the reference accepts, the edge sizes
+// come up often, faults raise their status bits, specs survive JSON, and a failing
 // property shrinks to a small description.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -124,7 +124,7 @@ TEST(Generators, FaultsRaiseTheirStatusBits) {
     if (s.fault == MetadataFault::none) continue;
     const harness::CaseOutputs o = harness::run_case(materialize(s), harness::reference_backend());
     SCOPED_TRACE(describe(s));
-    // A call that writes no element is a no-op (SPEC.md §5): nothing runs to raise a bit.
+    // A call that writes no element is a no-op (docs/semantics.md §5): nothing runs to raise a bit.
     const bool writes_nothing = std::all_of(o.arrays.begin(), o.arrays.end(),
                                             [](const auto& named) { return named.second.size() == 0; });
     if (writes_nothing) {

@@ -1,5 +1,5 @@
 // kv_split_backward: the backend under test against the reference, with every check of
-// DESIGN.md; the head sum with many heads.
+// docs/architecture.md; the head sum with many heads.
 #include "property_support.h"
 
 using namespace mlarope;

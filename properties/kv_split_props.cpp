@@ -1,4 +1,4 @@
-// kv_split: the backend under test against the reference, with every check of DESIGN.md.
+// kv_split: the backend under test against the reference, with every check of docs/architecture.md.
 #include "property_support.h"
 
 using namespace mlarope;
@@ -22,7 +22,7 @@ MLAROPE_PROPERTY(KvSplitProps, BackendPassesEveryCheck, kCasesPerProperty) {
   require_case_passes(spec);
 }
 
-// key and value are copies where SPEC.md says so (bitwise), key's rope part the rotation of k_pe
+// key and value are copies where the semantics say so (bitwise), key's rope part the rotation of k_pe
 // in every head, with k_dim = 0 and v_dim = 0 drawn often.
 MLAROPE_PROPERTY(KvSplitProps, EmptyKeyOrValuePartsAreFine, kCasesPerIdentity) {
   const CaseSpec spec = *rc::gen::map(case_spec(kv_cases()), [](CaseSpec s) {

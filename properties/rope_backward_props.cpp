@@ -1,4 +1,4 @@
-// rope_backward: the backend under test against the reference, with every check of DESIGN.md,
+// rope_backward: the backend under test against the reference, with every check of docs/architecture.md,
 // and the adjoint identity on arbitrary (non-unit) tables.
 #include "property_support.h"
 

@@ -1,4 +1,4 @@
-// rope: the backend under test against the reference, with every check of DESIGN.md.
+// rope: the backend under test against the reference, with every check of docs/architecture.md.
 #include "property_support.h"
 
 using namespace mlarope;

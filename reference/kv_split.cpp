@@ -1,4 +1,4 @@
-// kv_split and kv_split_backward (SPEC.md §4).
+// kv_split and kv_split_backward (docs/semantics.md §4).
 #include <algorithm>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// Which table row each row of a call uses (SPEC.md §2), found by walking the sequences.
+// Which table row each row of a call uses (docs/semantics.md §2), found by walking the sequences.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@ struct RowMap {
   DeviceStatus status = kStatusOk;  ///< bits the device would raise for this metadata
 };
 
-/// cp_pos(lp) for a local sequence of length `length` (SPEC.md §2).
+/// cp_pos(lp) for a local sequence of length `length` (docs/semantics.md §2).
 std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size,
                     std::int64_t cp_rank);
 

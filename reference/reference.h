@@ -1,5 +1,5 @@
-// The CPU reference of SPEC.md: every operation, in double precision, rounded once.
-// It shares no computation with the kernels (DESIGN.md rule 1): only the types of
+// The CPU reference of docs/semantics.md: every operation, in double precision, rounded once.
+// It shares no computation with the kernels (docs/architecture.md rule 1): only the types of
 // include/mlarope. All tensors and metadata are host memory.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The reference of SPEC.md §3-§4: hand-computed rotations, pass-through, views, and the
+// The reference of docs/semantics.md §3-§4: hand-computed rotations, pass-through, views, and the
 // algebraic identities (round trip, adjoint, in place == out of place, round once).
 #include <gtest/gtest.h>
 

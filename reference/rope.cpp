@@ -1,4 +1,4 @@
-// rope and rope_backward, out of place and in place (SPEC.md §4).
+// rope and rope_backward, out of place and in place (docs/semantics.md §4).
 #include <vector>
 
 #include "elements.h"

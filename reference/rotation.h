@@ -1,4 +1,4 @@
-// The rotation of one rope slice and its adjoint (SPEC.md §3, §4), in double.
+// The rotation of one rope slice and its adjoint (docs/semantics.md §3, §4), in double.
 #pragma once
 
 #include <cmath>
@@ -51,7 +51,7 @@ inline void rotate(const double* x, double* y, const double* c, const double* s,
   }
 }
 
-/// grad_x = rotate^T(grad_y): the exact adjoint for the same flags (SPEC.md §4).
+/// grad_x = rotate^T(grad_y): the exact adjoint for the same flags (docs/semantics.md §4).
 inline void rotate_adjoint(const double* grad_y, double* grad_x, const double* c, const double* s,
                            const Rotation& r, std::int64_t d) {
   const double sg = r.inverse ? -1.0 : 1.0;

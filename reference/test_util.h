@@ -491,7 +491,7 @@ inline std::vector<double> last_dim_values(const HostTensor& t, std::vector<std:
   return v;
 }
 
-/// The formula of SPEC.md §3 (forward) or §4 (adjoint) for one slice, in long double: exact for
+/// The formula of docs/semantics.md §3 (forward) or §4 (adjoint) for one slice, in long double: exact for
 /// stored f32/f16/bf16 values whose products are not too far apart in magnitude.
 inline std::vector<long double> formula(const std::vector<double>& x, const std::vector<double>& c,
                                         const std::vector<double>& s, const LayoutTriple& l,

@@ -1,4 +1,4 @@
-// SPEC.md §5 through the reference: every host-known rule rejected with a message naming the
+// docs/semantics.md §5 through the reference: every host-known rule rejected with a message naming the
 // argument and nothing written; invalid device metadata passes rows through and raises status bits
 // that check_device_metadata reproduces from the same host arrays.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// YaRN tables, following Megatron's YarnRotaryEmbedding (SPEC.md §4), in double.
+// YaRN tables, following Megatron's YarnRotaryEmbedding (docs/semantics.md §4), in double.
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -1,17 +1,17 @@
 """megatron-core's fused MLA YaRN RoPE (fusions/fused_mla_yarn_rope_apply.py: Triton, GPU only)
 as an mlarope backend: ``mlarope.fuzz(MegatronFusedMLA())`` on a machine with CUDA and Triton.
 
-Megatron's two entry points and how SPEC.md's calls map onto them:
+Megatron's two entry points and how our calls (docs/semantics.md) map onto them:
 
 - ``fused_apply_mla_rope_for_q(t, cos, sin, qk_head_dim, emb_dim, cu_seqlens, cp_rank, cp_size)``
   rotates the trailing ``emb_dim`` of every head in place, reading interleaved pairs and writing
-  half ones: SPEC's rope with (interleaved -> half). Out of place, the adapter copies t into a
+  half ones: our rope with (interleaved -> half). Out of place, the adapter copies t into a
   device tensor with the same strides and lets Megatron rotate that; rope_backward is autograd
   through it (Megatron's backward kernel);
 - ``fused_apply_mla_rope_for_kv(kv, k_pos_emb, cos, sin, emb_dim, k_dim, v_dim, cu_seqlens, ...)``
-  returns key = [k_nope, rope(k_pe)] and value: SPEC's kv_split; kv_split_backward is autograd;
-- tables: Megatron reads ``cos[row * emb_dim + j]``, halves [f, f] (SPEC's half table layout).
-  An interleaved table is permuted into that layout (exact), ``inverse`` negates sin (SPEC §3,
+  returns key = [k_nope, rope(k_pe)] and value: our kv_split; kv_split_backward is autograd;
+- tables: Megatron reads ``cos[row * emb_dim + j]``, halves [f, f] (the half table layout).
+  An interleaved table is permuted into that layout (exact), ``inverse`` negates sin (docs/semantics.md §3,
   exact), and the rows are SBHD's ``s`` or THD's position within its sequence;
 - SBHD context parallelism: Megatron slices the table on the host for each rank
   (``get_pos_emb_on_this_cp_rank``); the adapter calls that function, as Megatron's model does;
@@ -20,7 +20,7 @@ Megatron's two entry points and how SPEC.md's calls map onto them:
   cu_seqlens, ``emb_dim`` (and for kv ``k_dim``, ``v_dim``) that Triton's ``tl.arange`` cannot
   take (a power of two; ``emb_dim`` a multiple of 4, Megatron's assert), SBHD views that
   Megatron's ``view(-1, H, D)`` cannot take, and rope_backward in place (autograd's backward
-  is out of place). THD padding rows are not declined: SPEC passes them through, and the
+  is out of place). THD padding rows are not declined: the semantics pass them through, and the
   fuzz shows what Megatron does with them.
 
 The harness's buffers are host NumPy views: the adapter copies inputs to the GPU (keeping their

@@ -1,7 +1,7 @@
 """megatron-core's unfused PyTorch RoPE (rope_utils.apply_rotary_pos_emb with
 apply_rope_fusion=False) as an mlarope backend: ``mlarope.fuzz(MegatronUnfused())``.
 
-Megatron's entry point predates SPEC.md's primitives, so the adapter maps each call onto it the
+Megatron's entry point predates these primitives, so the adapter maps each call onto it the
 way Megatron's MLA layer calls it, and declines (with the reason) what has no counterpart:
 
 - the rope slice only: Megatron rotates the leading ``freqs.shape[-1]`` elements, and its MLA
@@ -9,7 +9,7 @@ way Megatron's MLA layer calls it, and declines (with the reason) what has no co
   slice and copies the nope part (in both directions) itself;
 - Megatron takes angles (``freqs``) and one ``mscale`` (``cos = cos(freqs) * mscale``), not
   tables: the adapter recovers the angles (``atan2``, float64) and the one concentration of a
-  table that is cos/sin of one angle per pair times one factor (SPEC.md's YaRN tables), and
+  table that is cos/sin of one angle per pair times one factor (our YaRN tables), and
   declines other tables. ``inverse`` is rotation by minus the angles;
 - pair layouts: (half -> half) is ``rotary_interleaved=False``, (interleaved -> half) is
   ``multi_latent_attention=True``, (interleaved -> interleaved) is ``rotary_interleaved=True``;
@@ -23,7 +23,7 @@ way Megatron's MLA layer calls it, and declines (with the reason) what has no co
 - kv_split and its backward are not provided (rope_utils has no kv entry point);
 - declined: in place (no in-place form), f16/bf16
   activations (Megatron's unfused path rounds every product to the activation dtype, outside
-  DESIGN.md's f32 tolerance model: see docs/megatron.md's findings; ``low_precision=True`` runs them
+  the f32 tolerance model (docs/architecture.md): see docs/megatron.md's findings; ``low_precision=True`` runs them
   anyway), tables in a dtype other than f32 (Megatron rounds its table to the activation dtype),
   SBHD context parallelism on the host (Megatron slices the table through CUDA), position ids,
   sequence offsets, padding rows and invalid cu_seqlens (Megatron does not check them).

@@ -1,7 +1,7 @@
 // The host grid executor: runs every block and thread of a launch on the CPU, in an order drawn
 // from a seed (block order, and thread order within each block), in parallel over blocks on
 // std::threads. Threads of a block run one after the other, so a kernel body that depends on
-// the order of threads or blocks gives seed-dependent results (DESIGN.md rule 3).
+// the order of threads or blocks gives seed-dependent results (docs/architecture.md rule 3).
 // Grids of up to 1023 blocks (every test-sized launch) are fully shuffled: blocks, and threads
 // within each block. Larger grids, where the order is about speed more than about finding
 // order dependence, are cut into about 8 tiles per worker of consecutive blocks whose order

@@ -1,4 +1,4 @@
-// Which table row a row uses (SPEC.md §2), computed on the device from the device metadata,
+// Which table row a row uses (docs/semantics.md §2), computed on the device from the device metadata,
 // which is never trusted for memory access: every index read stays inside its array.
 #pragma once
 
@@ -20,7 +20,7 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t row_count(const PositionArgs& p) {
   return p.seq_len * p.batch;
 }
 
-/// CP position of local position `lp` in a local sequence of length `len` (SPEC.md §2).
+/// CP position of local position `lp` in a local sequence of length `len` (docs/semantics.md §2).
 MLAROPE_HD MLAROPE_INLINE std::int64_t cp_pos(std::int64_t lp, std::int64_t len,
                                              std::int64_t cp_size, std::int64_t cp_rank) {
   if (cp_size == 1) return lp;
@@ -91,7 +91,7 @@ MLAROPE_HD MLAROPE_INLINE RowPlan plan_sbhd_row(const PositionArgs& p, std::int6
   return checked_plan(p, freq_row, report);
 }
 
-// ---- The call-level cu_seqlens gate (SPEC.md §5) -------------------------------------------
+// ---- The call-level cu_seqlens gate (docs/semantics.md §5) -------------------------------------------
 // A THD call whose cu_seqlens breaks a rule passes every row through. There is no launch
 // before the main kernel to check it: each block checks the whole array itself (its threads
 // take a share of the sequences, a barrier, then one thread combines), before it writes

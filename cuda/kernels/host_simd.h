@@ -1,7 +1,7 @@
 // Host-only SSE2 forms of the bf16 pair-chunk loads and stores of pair_rotation.h (4 pairs):
 // the same values, bit for bit, as the generic element code (host_simd_test checks it), in a
 // handful of instructions instead of the compiler's shuffle-heavy vectorization. Leaves only:
-// the kernel logic that calls them is the same on both sides (DESIGN.md rule 2).
+// the kernel logic that calls them is the same on both sides (docs/architecture.md rule 2).
 #pragma once
 
 #if !defined(__CUDACC__) && defined(__SSE2__)

@@ -42,7 +42,7 @@ MLAROPE_HD MLAROPE_INLINE T* row_pointer(const ActivationView<void>& v, std::int
   return static_cast<T*>(v.data) + row_offset(v, row, batch);
 }
 
-/// How the rows of a call find their table row (SPEC.md §2), as the device sees it.
+/// How the rows of a call find their table row (docs/semantics.md §2), as the device sees it.
 struct PositionArgs {
   TokenLayout layout = TokenLayout::sbhd;
   FreqMode freq_mode = FreqMode::per_sequence;

@@ -1,4 +1,4 @@
-// The rotation of SPEC.md §3 on a chunk of kPairs consecutive logical pairs of one rope slice:
+// The rotation of docs/semantics.md §3 on a chunk of kPairs consecutive logical pairs of one rope slice:
 // reading the pairs in a layout, the coefficients from the table row, the rotation (forward or
 // adjoint), writing the pairs in a layout. kPairs == 4 uses vector accesses, 1 scalar ones.
 #pragma once
@@ -56,7 +56,7 @@ struct SharedChunks {
   }
 };
 
-/// Per pair: out_u = u * cos_u + v * p, out_v = v * cos_v + u * q (SPEC.md §3 and §4).
+/// Per pair: out_u = u * cos_u + v * p, out_v = v * cos_v + u * q (docs/semantics.md §3 and §4).
 /// Forward: p = -sg s[tu], q = sg s[tv]. Adjoint: p = sg s[tv], q = -sg s[tu].
 template <int kPairs>
 struct PairCoefficients {

@@ -1,4 +1,4 @@
-// The one place where kernel code meets CUDA-only features (DESIGN.md rule 2). Everything a
+// The one place where kernel code meets CUDA-only features (docs/architecture.md rule 2). Everything a
 // kernel body needs (the __host__ __device__ marker, the status atomic, bit casts, raw vector
 // loads and f16/bf16 conversions) works the same when compiled by nvcc for the device and by
 // the host compiler for the host grid executor.

@@ -1,4 +1,4 @@
-// Kernel bodies of rope and rope_backward, out of place and in place (SPEC.md §4). One round
+// Kernel bodies of rope and rope_backward, out of place and in place (docs/semantics.md §4). One round
 // per row (kernels/row_rounds.h: grid-stride over rows); inside a row the threads share out pair chunks
 // and head groups, so that a thread loads its table chunk once per row and loops over heads.
 #pragma once
@@ -171,7 +171,7 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t head
 /// kStagedChunks pair chunks): prepare reads every chunk into shared memory, work writes the
 /// rotated chunks in the write layout. Consecutive threads take consecutive chunks of a slice,
 /// so a warp reads and writes contiguous memory; no element is written before every chunk of
-/// its slice was read (DESIGN.md rule 3). A pass-through row is read and left untouched.
+/// its slice was read (docs/architecture.md rule 3). A pass-through row is read and left untouched.
 template <class T>
 struct RopeStagedRounds {
   using Args = RopeKernelArgs;

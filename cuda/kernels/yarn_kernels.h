@@ -1,4 +1,4 @@
-// Kernel body of yarn_tables (SPEC.md §4): Megatron's YarnRotaryEmbedding frequencies,
+// Kernel body of yarn_tables (docs/semantics.md §4): Megatron's YarnRotaryEmbedding frequencies,
 // computed in double and rounded once to the table dtype. Blocks over rows, threads over pairs.
 #pragma once
 

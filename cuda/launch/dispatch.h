@@ -28,7 +28,7 @@ struct KvDispatchFacts {
   bool rope_slices_aligned = false;
 };
 
-/// True for the layout triples of Megatron's four modes (SPEC.md §3 table).
+/// True for the layout triples of Megatron's four modes (docs/semantics.md §3 table).
 bool is_megatron_mode(const LayoutTriple& layouts);
 
 /// The rope / rope_backward variant.

@@ -13,7 +13,7 @@
 
 namespace mlarope::test {
 
-/// Row metadata of a case (SPEC.md §2).
+/// Row metadata of a case (docs/semantics.md §2).
 struct CaseRows {
   TokenLayout layout = TokenLayout::sbhd;
   std::int64_t seq = 6;    ///< SBHD: S

@@ -1,6 +1,6 @@
 // Shared helpers of the backend tests: the backend as a GoogleTest value parameter, tensors
 // kept on the host and mirrored into a backend's DeviceBuffer (with guard bytes around the
-// viewed span), deterministic data, and the comparison with the reference under DESIGN.md's
+// viewed span), deterministic data, and the comparison with the reference under docs/architecture.md's
 // tolerance model, reported in ulps.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The GPU model's detectors catch what they are for (issue 10 point 5): each is shown a kernel
+// The GPU model's detectors catch what they are for: each is shown a kernel
 // that is wrong in the one way it must see (cuda/testing/kernel_faults.txt), and the same
 // build without the fault passes the same call, so every test here can fail both ways.
 //   - alignment: 16-byte copies chosen when only one of two tensors is aligned;

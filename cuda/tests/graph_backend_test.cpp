@@ -1,5 +1,5 @@
 // Streams and graphs on each backend: a captured graph reads what the buffers hold at replay
-// (new cu_seqlens, new inputs), exactly like a CUDA graph (DESIGN.md rule 5).
+// (new cu_seqlens, new inputs), exactly like a CUDA graph (docs/architecture.md rule 6).
 #include <gtest/gtest.h>
 
 #include <vector>

@@ -1,5 +1,5 @@
 // Every condition of the launch builder that chooses a vector (16-byte) path is exercised with
-// exactly one of its operands false (issue 10): the launch must then take the element path,
+// exactly one of its operands false: the launch must then take the element path,
 // and the GPU model must find no misaligned access running it. A positive control per op (every
 // operand aligned) must take the vector paths, so a builder that never vectorizes fails too.
 //

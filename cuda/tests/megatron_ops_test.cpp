@@ -1,4 +1,4 @@
-// The Megatron-compatible wrappers: each flag set gives the layout triple of SPEC.md §3, the
+// The Megatron-compatible wrappers: each flag set gives the layout triple of docs/semantics.md §3, the
 // wrappers equal the primitives bit for bit, and undefined combinations are errors.
 #include "mlarope/megatron_ops.h"
 
@@ -19,7 +19,7 @@ constexpr PairLayout H = PairLayout::half, I = PairLayout::interleaved;
 struct Mode {
   const char* name;
   MegatronFlags flags;
-  LayoutTriple expected;  // SPEC.md §3 table, written out here independently
+  LayoutTriple expected;  // docs/semantics.md §3 table, written out here independently
 };
 
 std::vector<Mode> modes() {

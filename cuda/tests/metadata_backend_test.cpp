@@ -1,4 +1,4 @@
-// Invalid device metadata (SPEC.md §5): the status word is set, the affected rows pass
+// Invalid device metadata (docs/semantics.md §5): the status word is set, the affected rows pass
 // through, nothing is read or written out of bounds (run under the sanitizer build too).
 #include <gtest/gtest.h>
 

@@ -53,7 +53,7 @@ Rotation rotation_of(const mlarope_call& c) {
   r.out_layout = pairs_of(c.out_layout);
   r.table_layout = pairs_of(c.table_layout);
 #if defined(MLAROPE_EXAMPLE_DROP_INVERSE)
-  r.inverse = false;  // the seed's bug: a fast path that quietly drops `inverse`
+  r.inverse = false;  // a planted bug: a fast path that quietly drops `inverse`
 #else
   r.inverse = c.inverse != 0;
 #endif

@@ -7,7 +7,7 @@ static int supports(const mlarope_call* c, const char** reason) {
          c->inputs[0].dtype == MLAROPE_DTYPE_F32 && c->cos.dtype == MLAROPE_DTYPE_F32 && !c->seq_offsets.data &&
          c->in_layout == MLAROPE_PAIRS_HALF && c->out_layout == MLAROPE_PAIRS_HALF && c->table_layout == MLAROPE_PAIRS_HALF;
 }
-static int rope(const mlarope_call* c) {  // row s uses table row s (SPEC.md §2-§4)
+static int rope(const mlarope_call* c) {  // row s uses table row s (docs/semantics.md §2-§4)
   const mlarope_tensor &t = c->inputs[0], &o = c->outputs[0], &cs = c->cos, &sn = c->sin;
   const int64_t n = c->nope_dim, half = c->emb_dim / 2;
   const float sg = c->inverse ? -1.0f : 1.0f;

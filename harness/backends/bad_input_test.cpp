@@ -1,4 +1,4 @@
-// The bad input suite (SPEC.md §5) on every backend: each host-known validity rule, for every op,
+// The bad input suite (docs/semantics.md §5) on every backend: each host-known validity rule, for every op,
 // gives an mlarope::Error naming the argument and leaves every byte of memory (inputs, outputs,
 // gaps, guards, status word) untouched; zero-size calls are no-ops; and garbage device metadata
 // (cu_seqlens, position_ids, seq_offsets) raises the status bits of check_device_metadata, passes
@@ -976,7 +976,7 @@ void expect_metadata_outcome(const Runner& runner, Built& b, const DeviceStatus*
   if (expected) {
     EXPECT_EQ(validator, *expected) << "check_device_metadata: " << describe_status(validator);
   }
-  // A call that writes no element is a no-op (SPEC.md §5): nothing runs to raise a bit.
+  // A call that writes no element is a no-op (docs/semantics.md §5): nothing runs to raise a bit.
   bool writes_nothing = true;
   for (Built::Named& v : b.activations())
     if (v.output && v.numel() != 0) writes_nothing = false;
@@ -1021,7 +1021,7 @@ std::uint32_t bits_at(const Built& b, const ConstTensorView& v, std::int64_t row
   return bits;
 }
 
-// SPEC.md §5: pass-through rows (padding rows, invalid metadata) are copied bit for bit, NaN
+// docs/semantics.md §5: pass-through rows (padding rows, invalid metadata) are copied bit for bit, NaN
 // payloads and signed zeros included, by the reference and every backend; so are the copied
 // parts of kv_split and kv_split_backward. Checked against the inputs themselves, not only
 // against the reference.

@@ -35,7 +35,7 @@ struct Backend {
   /// Optional: the same backend running blocks and threads in another order (host executor).
   std::function<Backend(std::uint64_t order_seed)> with_order_seed;
   /// Optional: record the calls `launches` makes into a graph without running them, and return
-  /// a function that replays the graph, re-reading the buffers at replay (SPEC.md §6).
+  /// a function that replays the graph, re-reading the buffers at replay (docs/semantics.md §6).
   std::function<std::function<void()>(const std::function<void()>& launches)> capture;
   /// Optional: what the GPU model measured of the launches since the last take (host).
   std::function<std::vector<ModelLaunchStats>()> take_model_stats;
@@ -58,7 +58,7 @@ Rotation rotation_of(const Case& c);
 /// Run the case's op on `backend`; outputs are in the activation dtype.
 CaseOutputs run_case(const Case& c, const Backend& backend);
 
-/// The minimum memory traffic of a case's op (DESIGN.md performance model): every input read
+/// The minimum memory traffic of a case's op (the performance model of docs/architecture.md): every input read
 /// once and every output written once (in place: only the rope slices, read and written), and
 /// one cos and one sin row per activation row.
 std::int64_t minimum_bytes(const Case& c);

@@ -1,4 +1,4 @@
-// The checks of DESIGN.md's table "What the harness checks for every case", each returning a
+// The checks of docs/architecture.md's table "What the harness checks for every case", each returning a
 // structured result (which check, outcome, which element, expected, got, ulps, a message).
 #pragma once
 
@@ -15,7 +15,7 @@
 
 namespace mlarope::harness {
 
-/// The checks, in the order of DESIGN.md's table.
+/// The checks, in the order of the table of docs/architecture.md (The checks).
 enum class CheckKind : std::uint8_t {
   value,               ///< outputs (and the status word) vs the reference, tolerance model
   coverage,            ///< every output element the op defines is written
@@ -94,7 +94,7 @@ struct FractionHistogram {
   static std::string_view label(int i);
 };
 
-/// Edge values of SPEC.md's rounding and copies that a case's outputs reach (counted over the
+/// Edge values of the semantics' rounding and copies that a case's outputs reach (counted over the
 /// reference's outputs by the value check).
 enum class EdgeValue : std::uint8_t {
   tie,          ///< an exact f32 result halfway between two values of the output dtype
@@ -115,7 +115,7 @@ struct CheckReport {
   double tolerance_fraction = -1.0;  ///< the value check's max_fraction; -1 when it did not run
   /// Elements of the reference's outputs of each EdgeValue (the value check's count).
   std::array<std::int64_t, kEdgeValueCount> edges{};
-  DeviceStatus status = kStatusOk;   ///< the primary run's status word (SPEC.md §5)
+  DeviceStatus status = kStatusOk;   ///< the primary run's status word (docs/semantics.md §5)
   /// Why the backend declined the case ("" when it ran it): no check was run, none failed.
   std::string unsupported;
 

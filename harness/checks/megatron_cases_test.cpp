@@ -1,6 +1,6 @@
-// Every backend on every Megatron case of ../shared/cases/megatron (float64 answers of
-// Megatron-LM's unfused PyTorch path). The folder is $MLAROPE_CASES_DIR, else the one CMake
-// was configured with; skips with a message where it is absent.
+// Every backend on every Megatron case of data/megatron (float64 answers of Megatron-LM's
+// unfused PyTorch path, data/README.md). The folder is $MLAROPE_CASES_DIR, else the one CMake
+// was configured with; a folder without cases fails: the cases are part of the repository.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -32,12 +32,12 @@ std::vector<fs::path> case_dirs() {
 class MegatronCases : public testing::TestWithParam<std::string> {};
 
 // The reference rounds the exact result once: at most half an ulp from Megatron's float64.
-// An f32-computing backend must meet DESIGN.md's tolerance model.
+// An f32-computing backend must meet the tolerance model (docs/architecture.md).
 TEST_P(MegatronCases, EveryOutputMatchesMegatron) {
   const std::vector<fs::path> dirs = case_dirs();
-  if (dirs.empty())
-    GTEST_SKIP() << "no Megatron cases in '" << megatron_cases_dir()
-                 << "': set MLAROPE_CASES_DIR to shared/cases/megatron (or .gpu-deps/cases)";
+  ASSERT_FALSE(dirs.empty()) << "no Megatron cases in '" << megatron_cases_dir()
+                             << "': the repository's are in data/megatron (MLAROPE_CASES_DIR "
+                                "overrides the folder)";
   if (GetParam() == "cuda" && !cuda_device_available())
     GTEST_SKIP() << "no CUDA device here: the CUDA backend runs these cases where one is present";
   // NOTE: the CTest test megatron_cases_dir_from_environment reads this line.

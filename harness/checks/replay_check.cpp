@@ -1,5 +1,5 @@
 // Graph replay: capture a call with one set of metadata and inputs, write another set into the
-// same buffers, replay, and compare with the reference for the second set (SPEC.md §6).
+// same buffers, replay, and compare with the reference for the second set (docs/semantics.md §6).
 #include <algorithm>
 #include <cstring>
 

@@ -137,7 +137,7 @@ Exactness exactness_of(double a, double b, double e, double f, DType out) {
                                                                                   : Exactness::exact;
 }
 
-// The signed formulas of SPEC.md §3 for one slice: forward y_u = u c_u - sg v s_u,
+// The signed formulas of docs/semantics.md §3 for one slice: forward y_u = u c_u - sg v s_u,
 // y_v = v c_v + sg u s_v; the adjoint g_u' = gu c_u + sg gv s_v, g_v' = gv c_v - sg gu s_u.
 void slice_exactness(const Case& c, std::int64_t freq_row, const double* x, Exactness* out_flags,
                      bool adjoint) {

@@ -1,4 +1,4 @@
-// DESIGN.md's tolerance model: how far an f32-computing backend may be from the exact result.
+// the tolerance model (docs/architecture.md): how far an f32-computing backend may be from the exact result.
 #pragma once
 
 #include <cstdint>

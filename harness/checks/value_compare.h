@@ -1,4 +1,4 @@
-// Comparing outputs element by element: under DESIGN.md's tolerance model (copied elements
+// Comparing outputs element by element: under the tolerance model (docs/architecture.md) (copied elements
 // bitwise), or bitwise throughout; the worst element reported as (token, head, dim).
 #pragma once
 

@@ -162,7 +162,7 @@ TEST(Cli, FuzzDrawsOnlyTheDtypesAsked) {
   EXPECT_EQ(j["counts"]["triple"].size(), 2u);
 }
 
-// The edge-value generators reach every class of issue 15's point 3 (ties, near and past the
+// The edge-value generators reach every class of edge value (ties, near and past the
 // largest finite value, subnormals, signed zeros, copied NaN payloads), and the summary and
 // fuzz.json count them; yarn_tables is drawn among the ops on a backend that has it.
 TEST(Cli, FuzzReachesEveryEdgeValueAndDrawsYarnTables) {

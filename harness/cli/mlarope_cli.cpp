@@ -1,5 +1,5 @@
-// The mlarope command-line tool: run a case file (SPEC.md §7) on a backend, check it with every
-// check of DESIGN.md, or fuzz a backend with random cases. Exit statuses: see kExitStatuses.
+// The mlarope command-line tool: run a case file (docs/semantics.md §7) on a backend, check it with every
+// check of docs/architecture.md, or fuzz a backend with random cases. Exit statuses: see kExitStatuses.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -39,7 +39,7 @@ constexpr const char* kExitStatuses =
     "Exit status: 0 ok; 1 a check or fuzz case failed, or (report, compare) a benchmark is "
     "SLOWER; 2 an error (command line, case file, invalid call); 3 (run) outputs off the case's "
     "expected_*.npy, (report, compare) the gate cannot decide (a key UNKNOWN, never a pass); 4 (run, check) the call's "
-    "device status word reports invalid metadata (SPEC.md §5: bad cu_seqlens, a sequence length "
+    "device status word reports invalid metadata (docs/semantics.md §5: bad cu_seqlens, a sequence length "
     "not divisible by 2 * cp_size, or a freq_row outside the table).";
 
 // The status word of a call that ran: ok, or a line on stderr saying what is wrong and
@@ -137,7 +137,7 @@ int run_command(const RunOptions& o) {
             << describe_status(outputs.status) << "\n";
   if (backend.take_model_stats) print_model_stats(backend.take_model_stats(), minimum_bytes(c));
   if (!o.out_dir.empty()) write_outputs(o.out_dir, outputs);
-  // The reference rounds once: within 1 ulp. Optimized backends: DESIGN.md's tolerance model.
+  // The reference rounds once: within 1 ulp. Optimized backends: the tolerance model (docs/architecture.md).
   const bool is_reference = backend.name == "reference";
   int worse_than_one_ulp = 0;
   std::map<std::string, npy::Array> expected_arrays;
@@ -159,7 +159,7 @@ int run_command(const RunOptions& o) {
   }
   if (!is_reference && expected_arrays.size() == outputs.arrays.size() && !expected_arrays.empty()) {
     const ToleranceResult t = check_tolerance(c, outputs.arrays, expected_arrays);
-    std::cout << "  tolerance model (DESIGN.md): " << (t.ok() ? "ok" : "VIOLATED") << ", "
+    std::cout << "  tolerance model: " << (t.ok() ? "ok" : "VIOLATED") << ", "
               << t.checked << " elements";
     if (!t.ok()) std::cout << ", " << t.violations << " outside, first " << t.first_violation;
     std::cout << "\n";
@@ -388,7 +388,7 @@ void add_run(CLI::App& app, RunOptions& run) {
       "Run one case on a backend, write its outputs (out.npy, grad_t.npy, key.npy + value.npy, or "
       "grad_kv.npy + grad_k_pe.npy) in the activation dtype, and compare them with any "
       "expected_<output>.npy in the case directory (exit status 3 if the reference is more than 1 ulp "
-      "away, or an optimized backend outside DESIGN.md's tolerance model; exit status 4 if the call's "
+      "away, or an optimized backend outside the tolerance model (docs/architecture.md); exit status 4 if the call's "
       "device status word reports invalid metadata).");
   cmd->add_option("CASE_DIR", run.case_dir, "case directory holding case.json")
       ->required()
@@ -400,7 +400,7 @@ void add_run(CLI::App& app, RunOptions& run) {
 void add_check(CLI::App& app, CheckCommandOptions& check) {
   CLI::App* cmd = app.add_subcommand(
       "check",
-      "Run every check of DESIGN.md (value, coverage, immutability, bounds, round trip, adjoint, "
+      "Run every check of docs/architecture.md (value, coverage, immutability, bounds, round trip, adjoint, "
       "in place, graph replay, determinism, order independence) on one case and print each result; "
       "uses the case's checks.json (layout plan, seed) when it has one. Exit status 1 if a check fails, "
       "4 if every check passed but the call's device status word reports invalid metadata.");
@@ -461,7 +461,7 @@ struct YarnCommandOptions {
   double concentration = std::nan("");
 };
 
-// mlarope yarn: SPEC's YaRN tables as DIR/cos.npy and DIR/sin.npy, and DIR/yarn.json (the
+// mlarope yarn: the YaRN tables of docs/semantics.md §4 as DIR/cos.npy and DIR/sin.npy, and DIR/yarn.json (the
 // parameters, in case.json's "yarn" form), from the reference or the host backend's kernel.
 int yarn_command(YarnCommandOptions o) {
   const DType dtype = parse_dtype(o.dtype, "--dtype");
@@ -495,7 +495,7 @@ int yarn_command(YarnCommandOptions o) {
 void add_yarn(CLI::App& app, YarnCommandOptions& y) {
   CLI::App* cmd = app.add_subcommand(
       "yarn",
-      "Write SPEC.md's YaRN cos/sin tables (Megatron's YarnRotaryEmbedding; scaling factor 1 is "
+      "Write the YaRN cos/sin tables (Megatron's YarnRotaryEmbedding; scaling factor 1 is "
       "plain RoPE) as DIR/cos.npy and DIR/sin.npy [rows, emb_dim] (bf16 as raw <u2 bits), and "
       "DIR/yarn.json: the parameters; its \"yarn\" object, as a case.json's \"yarn\" key, names "
       "these tables instead of shipping them.");
@@ -525,7 +525,7 @@ void add_yarn(CLI::App& app, YarnCommandOptions& y) {
 int main(int argc, char** argv) {
   CLI::App app{
       "mlarope: MLA RoPE primitives and the harness that checks them.\n"
-      "Case files (a directory with case.json and .npy inputs) are described in SPEC.md §7.\n" +
+      "Case files (a directory with case.json and .npy inputs) are described in docs/semantics.md §7.\n" +
       std::string(kExitStatuses)};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mlarope 0.1.0");

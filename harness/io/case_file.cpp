@@ -169,7 +169,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return d[a.size()][b.size()];
 }
 
-// SPEC.md §5: an unknown key is an error naming it, with the nearest known key when one is close.
+// docs/semantics.md §5: an unknown key is an error naming it, with the nearest known key when one is close.
 void reject_unknown_keys(const json& object, const std::vector<std::string>& known, const std::string& where,
                          const std::string& what) {
   for (const auto& item : object.items()) {
@@ -182,7 +182,7 @@ void reject_unknown_keys(const json& object, const std::vector<std::string>& kno
       if (distance < best) best = distance, nearest = k;
     }
     fail(where + ": unknown " + what + " '" + key + "'" +
-         (nearest.empty() ? std::string(" (not one of SPEC.md §7)") : " (did you mean '" + nearest + "'?)"));
+         (nearest.empty() ? std::string(" (not one of docs/semantics.md §7)") : " (did you mean '" + nearest + "'?)"));
   }
 }
 

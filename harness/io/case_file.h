@@ -1,4 +1,4 @@
-// Case files (SPEC.md §7): a directory with case.json and .npy inputs, read into host arrays,
+// Case files (docs/semantics.md §7): a directory with case.json and .npy inputs, read into host arrays,
 // turned into a call descriptor of include/mlarope/ops.h, and outputs written back.
 #pragma once
 
@@ -17,7 +17,7 @@ namespace mlarope::harness {
 /// The four operations a case file can hold.
 enum class Op { rope, rope_backward, kv_split, kv_split_backward };
 
-/// SPEC.md spelling of an op.
+/// The spelling of an op (docs/semantics.md §7).
 std::string_view to_string(Op op);
 
 /// A YaRN table named in case.json ("yarn": {...}) instead of shipped as cos.npy/sin.npy: rows
@@ -60,7 +60,7 @@ struct Case {
   std::map<std::string, npy::Array> arrays;
 };
 
-/// Outputs of running a case, by SPEC.md name ("out", "key", ...), in the activation dtype.
+/// Outputs of running a case, by their names in docs/semantics.md §7 ("out", "key", ...), in the activation dtype.
 struct CaseOutputs {
   std::map<std::string, npy::Array> arrays;
   DeviceStatus status = kStatusOk;
@@ -81,7 +81,7 @@ void write_outputs(const std::filesystem::path& dir, const CaseOutputs& outputs)
 
 /// The names of the inputs an op reads (THD metadata included when the case is THD).
 std::vector<std::string> required_inputs(const CaseConfig& config);
-/// The names of the outputs an op writes, in SPEC.md §7 order.
+/// The names of the outputs an op writes, in docs/semantics.md §7 order.
 std::vector<std::string> output_names(Op op);
 
 /// The npy dtype that stores `dtype` (bf16 as raw "<u2" bits).

@@ -159,7 +159,7 @@ TEST(CaseFile, UnknownKeyIsNamedWithTheNearestKnownKey) {
     j.erase("maxseqlen");
     j["comment"] = "far from every key";
   });
-  expect_read_error(tmp.path(), {"unknown key 'comment'", "not one of SPEC.md"});
+  expect_read_error(tmp.path(), {"unknown key 'comment'", "not one of docs/semantics.md"});
   rewrite_json(tmp.path(), [](nlohmann::json& j) {
     j.erase("comment");
     j["inputs"]["postion_ids"] = "position_ids.npy";

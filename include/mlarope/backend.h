@@ -1,5 +1,5 @@
 // The optimized backends behind the operations of ops.h: streams, graphs, device buffers and
-// the entry points. Two backends share one kernel source (DESIGN.md): `cuda` runs it on a GPU,
+// the entry points. Two backends share one kernel source (docs/architecture.md): `cuda` runs it on a GPU,
 // `host` runs it on the CPU through a grid executor that shuffles block and thread order.
 //
 // Every entry point validates the call (mlarope::validate, throws mlarope::Error, nothing is
@@ -221,7 +221,7 @@ CopyPlacement place_copy(const void* host, std::size_t bytes);
 /// `stream` is a host stream with HostStreamOptions::gpu_model).
 std::vector<ModelLaunchStats> take_model_stats(Stream& stream);
 
-/// rope out of place on `stream` (SPEC.md §4).
+/// rope out of place on `stream` (docs/semantics.md §4).
 void rope(const RopeCall& call, Stream& stream);
 /// rope in place: writes only the rope slices.
 void rope_inplace(const RopeInplaceCall& call, Stream& stream);

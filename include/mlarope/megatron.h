@@ -7,7 +7,7 @@
 
 namespace mlarope {
 
-/// The layout triple of SPEC.md §3.
+/// The layout triple of docs/semantics.md §3.
 struct LayoutTriple {
   PairLayout in_layout = PairLayout::interleaved;
   PairLayout out_layout = PairLayout::half;
@@ -22,7 +22,7 @@ struct MegatronFlags {
   bool rotary_interleaved = false;      ///< non-MLA: GPT-J (true) or NeoX (false)
 };
 
-/// The layout triple that Megatron's unfused path applies for `flags` (SPEC.md §3 table).
+/// The layout triple that Megatron's unfused path applies for `flags` (docs/semantics.md §3 table).
 /// Throws mlarope::Error for combinations Megatron does not define, rather than dropping one.
 LayoutTriple layouts_from_megatron(const MegatronFlags& flags);
 

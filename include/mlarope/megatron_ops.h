@@ -13,7 +13,7 @@ namespace mlarope {
 
 /// What Megatron's fused MLA RoPE calls take besides tensors and dims (Megatron's names).
 struct MegatronRopeOptions {
-  MegatronFlags flags;                ///< the mode (SPEC.md §3 table)
+  MegatronFlags flags;                ///< the mode (docs/semantics.md §3 table)
   IndexView cu_seqlens;               ///< given: THD tensors [T, H, D]; absent: SBHD [S, B, H, D]
   std::int64_t max_seqlen = 0;        ///< THD: host-known longest global sequence; 0 = unknown
   std::optional<FreqMode> freq_mode;  ///< THD: explicit, else Megatron's graph-safe rule
@@ -23,7 +23,7 @@ struct MegatronRopeOptions {
   IndexView position_ids;  ///< THD, optional: table row of each row
   IndexView seq_offsets;   ///< optional: added to every position of a batch entry / sequence
   bool inverse = false;    ///< negate sin
-  DeviceStatus* status = nullptr;  ///< optional device status word (SPEC.md §5)
+  DeviceStatus* status = nullptr;  ///< optional device status word (docs/semantics.md §5)
 };
 
 /// fused_mla_rope_inplace: rotate the rope slices of t ([..., H, qk_head_dim + emb_dim]) in place.

@@ -1,4 +1,4 @@
-// One call descriptor per operation of SPEC.md §4. Reference, backends, generators and case
+// One call descriptor per operation of docs/semantics.md §4. Reference, backends, generators and case
 // files all speak these structs.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace mlarope {
 
-/// Which table row each row of a call uses (SPEC.md §2).
+/// Which table row each row of a call uses (docs/semantics.md §2).
 struct Positions {
   TokenLayout layout = TokenLayout::sbhd;
   std::int64_t cp_size = 1;  ///< context-parallel ranks
@@ -22,7 +22,7 @@ struct Positions {
   IndexView seq_offsets;        ///< optional: [B] (SBHD) or [N] (THD) int32, added to positions
 };
 
-/// The rotation of each rope slice (SPEC.md §3): the layout triple, `inverse` and the tables.
+/// The rotation of each rope slice (docs/semantics.md §3): the layout triple, `inverse` and the tables.
 struct Rotation {
   PairLayout in_layout = PairLayout::interleaved;
   PairLayout out_layout = PairLayout::half;

@@ -7,7 +7,7 @@
  * mlarope_plugin. The harness checks struct_size and abi_version before anything else, and a
  * library without the symbol, or with another ABI version, is refused by name (exit status 2).
  *
- * The semantics of every call are SPEC.md's (§2-§5), its descriptions those of
+ * The semantics of every call are those of docs/semantics.md (§2-§5), its descriptions those of
  * include/mlarope/ops.h, translated field by field. Strides are in elements. Every pointer is
  * in the memory named by `device`. A call the plugin does not compute is declined through
  * `supports` (it is then counted as not supported, never as a failure); a call it accepts and
@@ -66,16 +66,16 @@ typedef struct mlarope_call {
   mlarope_tensor outputs[2];
   int64_t nope_dim, emb_dim; /* rope ops */
   int64_t k_dim, v_dim;      /* kv ops (emb_dim too) */
-  /* The rotation (SPEC.md §3). */
+  /* The rotation (docs/semantics.md §3). */
   int32_t in_layout, out_layout, table_layout; /* MLAROPE_PAIRS_* */
   int32_t inverse;
   mlarope_tensor cos, sin; /* [R, emb_dim] */
-  /* Positions (SPEC.md §2). */
+  /* Positions (docs/semantics.md §2). */
   int32_t tokens;    /* MLAROPE_TOKENS_* */
   int32_t freq_mode; /* MLAROPE_FREQ_*, THD only */
   int64_t cp_size, cp_rank, max_seqlen;
   mlarope_index_array cu_seqlens, position_ids, seq_offsets;
-  uint32_t* status; /* optional: OR the SPEC.md §5 status bits in here; NULL when not asked */
+  uint32_t* status; /* optional: OR the docs/semantics.md §5 status bits in here; NULL when not asked */
   void* stream;     /* MLAROPE_MEMORY_CUDA: the cudaStream_t to run on; NULL on the host */
 } mlarope_call;
 

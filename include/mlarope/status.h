@@ -1,4 +1,4 @@
-// The device-side status word of a call (SPEC.md §5).
+// The device-side status word of a call (docs/semantics.md §5).
 #pragma once
 
 #include <cstdint>
@@ -7,8 +7,8 @@
 namespace mlarope {
 
 /// One word in device memory that a call ORs error bits into; zero means no error.
-/// NOTE: SPEC.md asks for "the first error"; in a parallel kernel "first" depends on thread
-/// order, so the word holds the OR of every kind of error seen, which is order independent.
+/// NOTE: the word holds the OR of every kind of error seen, not "the first error": in a parallel
+/// kernel "first" depends on thread order, and the OR does not (docs/semantics.md §5).
 using DeviceStatus = std::uint32_t;
 
 /// What a bit of the status word means.

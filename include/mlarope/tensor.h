@@ -1,4 +1,4 @@
-// Strided tensor views: what every primitive reads and writes (SPEC.md §1).
+// Strided tensor views: what every primitive reads and writes (docs/semantics.md §1).
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// The timing model: what a launch the GPU model ran would take on a GPU (DESIGN.md rule 5).
+// The timing model: what a launch the GPU model ran would take on a GPU (docs/architecture.md rule 5).
 //
 // The GPU model (HostStreamOptions::gpu_model) counts what a launch moves and, per block, the
 // round trips its threads wait for: a thread's loads since its last store can be in flight

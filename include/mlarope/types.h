@@ -1,4 +1,4 @@
-// Element types, pair layouts and the small enums of SPEC.md.
+// Element types, pair layouts and the small enums of docs/semantics.md.
 #pragma once
 
 #include <cstddef>
@@ -8,22 +8,22 @@
 
 namespace mlarope {
 
-/// Element type of activations and tables (SPEC.md §1).
+/// Element type of activations and tables (docs/semantics.md §1).
 enum class DType : std::uint8_t { f32, f16, bf16 };
 
 /// Element type of integer metadata (`cu_seqlens`, `position_ids`, `seq_offsets`).
 enum class IndexType : std::uint8_t { i32, i64 };
 
-/// Where logical pair i of a rope slice lives (SPEC.md §3).
+/// Where logical pair i of a rope slice lives (docs/semantics.md §3).
 enum class PairLayout : std::uint8_t {
   half,        ///< (i, i + d/2)
   interleaved  ///< (2i, 2i + 1)
 };
 
-/// Token layout of activations: [S, B, H, D] or packed [T, H, D] (SPEC.md §1).
+/// Token layout of activations: [S, B, H, D] or packed [T, H, D] (docs/semantics.md §1).
 enum class TokenLayout : std::uint8_t { sbhd, thd };
 
-/// Which table row a THD row starts from (SPEC.md §2).
+/// Which table row a THD row starts from (docs/semantics.md §2).
 enum class FreqMode : std::uint8_t {
   per_sequence,  ///< every sequence starts at table row 0
   packed         ///< the table covers the whole packed batch: row cu_seqlens[i] + position
@@ -34,14 +34,14 @@ constexpr std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 /// Size in bytes of one index.
 constexpr std::size_t index_size(IndexType t) { return t == IndexType::i32 ? 4 : 8; }
 
-/// SPEC.md spelling of each enum value ("bf16", "interleaved", "thd", "packed", ...).
+/// The spelling of each enum value (docs/semantics.md) ("bf16", "interleaved", "thd", "packed", ...).
 std::string_view to_string(DType t);
 std::string_view to_string(IndexType t);
 std::string_view to_string(PairLayout l);
 std::string_view to_string(TokenLayout l);
 std::string_view to_string(FreqMode m);
 
-/// Parse the SPEC.md spelling; throws mlarope::Error naming `what` and the value on failure.
+/// Parse that spelling; throws mlarope::Error naming `what` and the value on failure.
 DType parse_dtype(std::string_view s, std::string_view what = "dtype");
 PairLayout parse_pair_layout(std::string_view s, std::string_view what = "layout");
 TokenLayout parse_token_layout(std::string_view s, std::string_view what = "layout");

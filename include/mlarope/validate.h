@@ -1,4 +1,4 @@
-// Validation of SPEC.md §5: host-known arguments before any launch, and a host-side validator
+// Validation of docs/semantics.md §5: host-known arguments before any launch, and a host-side validator
 // of device metadata that applies the same rules as the device.
 #pragma once
 

@@ -1,4 +1,4 @@
-"""mlarope: the reference MLA RoPE ops (SPEC.md) and the harness that checks anyone's kernels.
+"""mlarope: the reference MLA RoPE ops (docs/semantics.md) and the harness that checks anyone's kernels.
 
 The C++ library is the one implementation; this package adapts it.
 
@@ -12,7 +12,7 @@ with ``dtype="bf16"``, tables with ``table_dtype="bf16"``)::
 Fuzzing a kernel written in Python: a backend is any object with some of the methods
 ``rope(call)`` (rope and rope_backward, ``call.op``), ``kv_split(call)`` and
 ``kv_split_backward(call)``, and optionally ``supports(call)`` returning a bool or
-``(False, "reason")``. ``call`` has the fields of SPEC.md §4 (``call.inputs``, ``call.outputs``:
+``(False, "reason")``. ``call`` has the fields of docs/semantics.md §4 (``call.inputs``, ``call.outputs``:
 NumPy views of the harness's strided buffers, inputs read-only; ``call.cos``, ``call.sin``,
 ``call.nope_dim``, ``call.in_layout``, ``call.inverse``, ``call.layout``, ``call.cu_seqlens``,
 ...). The method writes ``call.outputs`` (in place: ``call.inputs[0] is call.outputs[0]``)::
@@ -78,7 +78,7 @@ def rope(t, cos, sin, *, nope_dim: int, emb_dim: int, in_layout: str = "interlea
          layout: str = "sbhd", freq_mode: str = "per_sequence", cp_size: int = 1, cp_rank: int = 0,
          max_seqlen: int = 0, cu_seqlens=None, position_ids=None, seq_offsets=None,
          dtype: str | None = None, table_dtype: str | None = None):
-    """SPEC.md's rope on the reference: ``(out, status)``; t is SBHD [S, B, H, D] or THD [T, H, D].
+    """rope on the reference: ``(out, status)``; t is SBHD [S, B, H, D] or THD [T, H, D].
 
     Tensors are NumPy arrays or DLPack tensors (PyTorch CPU tensors), read without a copy; the
     result is a new NumPy array (``torch.from_numpy(out)``; bf16 as uint16 bits).
@@ -91,21 +91,21 @@ def rope(t, cos, sin, *, nope_dim: int, emb_dim: int, in_layout: str = "interlea
 
 
 def rope_backward(grad_out, cos, sin, *, nope_dim: int, emb_dim: int, **kwargs):
-    """SPEC.md's rope_backward (the adjoint) on the reference: ``(grad_t, status)``."""
+    """rope_backward (the adjoint) on the reference: ``(grad_t, status)``."""
     (x,), bf16 = _activations(("grad_out", grad_out))
     c = _common(cos, sin, *_options(kwargs, bf16))
     return tuple(_mlarope._rope(True, x, nope_dim, emb_dim, c))
 
 
 def kv_split(kv, k_pe, cos, sin, *, k_dim: int, v_dim: int, emb_dim: int, **kwargs):
-    """SPEC.md's kv_split on the reference: ``(key, value, status)``."""
+    """kv_split on the reference: ``(key, value, status)``."""
     (x0, x1), bf16 = _activations(("kv", kv), ("k_pe", k_pe))
     c = _common(cos, sin, *_options(kwargs, bf16))
     return tuple(_mlarope._kv(False, x0, x1, k_dim, v_dim, emb_dim, c))
 
 
 def kv_split_backward(grad_key, grad_value, cos, sin, *, k_dim: int, v_dim: int, emb_dim: int, **kwargs):
-    """SPEC.md's kv_split_backward on the reference: ``(grad_kv, grad_k_pe, status)``."""
+    """kv_split_backward on the reference: ``(grad_kv, grad_k_pe, status)``."""
     (x0, x1), bf16 = _activations(("grad_key", grad_key), ("grad_value", grad_value))
     c = _common(cos, sin, *_options(kwargs, bf16))
     return tuple(_mlarope._kv(True, x0, x1, k_dim, v_dim, emb_dim, c))
@@ -116,7 +116,7 @@ def yarn_tables(rows: int, emb_dim: int, *, rotary_base: float = 10000.0, scalin
                 beta_slow: float = 1.0, mscale: float = 1.0, mscale_all_dim: float = 0.0,
                 offset: int = 0, table_layout: str = "half", dtype: str = "f32",
                 concentration: float | None = None):
-    """SPEC.md's yarn_tables on the reference: ``(cos, sin)``, each ``[rows, emb_dim]``.
+    """yarn_tables on the reference: ``(cos, sin)``, each ``[rows, emb_dim]``.
 
     Rows are positions ``offset .. offset + rows - 1``; the parameters are Megatron's
     ``YarnRotaryEmbedding``'s (correction range rounded to integers, its default), and
@@ -173,7 +173,7 @@ def fuzz(backend, *, seconds: float = 0.0, cases: int = 0, seed: int = 1, ops=No
 
 
 def check(backend, case_dir: str) -> dict:
-    """Every check of DESIGN.md on one case directory (a fuzz repro replays with its checks.json).
+    """Every check (docs/architecture.md) on one case directory (a fuzz repro replays with its checks.json).
 
     Returns ``{"ok": bool, "unsupported": reason or None, "results": [(check, outcome, line)],
     "status": device status word}``; ``ok`` is False when a check failed.
@@ -182,5 +182,5 @@ def check(backend, case_dir: str) -> dict:
 
 
 def load_case(path: str):
-    """A case directory (SPEC.md §7) as ``(config, arrays)``: case.json as a dict, inputs by name."""
+    """A case directory (docs/semantics.md §7) as ``(config, arrays)``: case.json as a dict, inputs by name."""
     return _mlarope._load_case(str(path))

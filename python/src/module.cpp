@@ -237,7 +237,7 @@ py::tuple kv_op(bool backward, const py::array& x0, const py::array& x1, std::in
   return py::make_tuple(y0, y1, status);
 }
 
-// YaRN cos/sin tables [rows, emb_dim] on the reference (SPEC.md §4 yarn_tables); `dtype` is
+// YaRN cos/sin tables [rows, emb_dim] on the reference (docs/semantics.md §4 yarn_tables); `dtype` is
 // "f32", "f16" or "bf16" (uint16 bits); `concentration` NaN means Megatron's factor.
 py::tuple yarn_op(std::int64_t rows, std::int64_t emb_dim, const YarnParams& params, std::int64_t offset,
                   const std::string& table_layout, const std::string& dtype) {

@@ -6,7 +6,7 @@ import numpy as np
 
 class NumpyRope:
     def __init__(self, drop_inverse=False, raise_on_call=False):
-        self.drop_inverse = drop_inverse  # the seed's bug, for the test that the fuzz fails
+        self.drop_inverse = drop_inverse  # a planted bug, for the test that the fuzz fails
         self.raise_on_call = raise_on_call
 
     def supports(self, call):

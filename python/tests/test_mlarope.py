@@ -9,11 +9,11 @@ import pytest
 
 import mlarope
 from numpy_backend import NumpyRope
-from readme_example import MyRope
+from docs_example import MyRope
 
 
 def rotate_half(t, cos, sin, nope, inverse=False):
-    """SPEC.md's rope for half/half/half layouts, row s on table row s, in float64."""
+    """rope (docs/semantics.md §3) for half/half/half layouts, row s on table row s, in float64."""
     half = (t.shape[-1] - nope) // 2
     sg = -1.0 if inverse else 1.0
     c, s = cos[:, None, None, :].astype(np.float64), sin[:, None, None, :].astype(np.float64)
@@ -31,7 +31,7 @@ def test_reference_rope_on_numpy_arrays(dtype, inverse):
     cos, sin = rng.standard_normal((5, 16)).astype(np.float32), rng.standard_normal((5, 16)).astype(np.float32)
     out, status = mlarope.rope(t, cos, sin, nope_dim=8, emb_dim=16, in_layout="half", inverse=inverse)
     assert status == 0 and out.dtype == dtype and out.shape == t.shape
-    expected = rotate_half(t, cos, sin, 8, inverse).astype(dtype)  # rounded once, as SPEC says
+    expected = rotate_half(t, cos, sin, 8, inverse).astype(dtype)  # rounded once, as the semantics say
     assert np.array_equal(out[..., :8], t[..., :8])  # the nope part is copied bit for bit
     np.testing.assert_allclose(out.astype(np.float64), expected.astype(np.float64),
                                rtol=0, atol=float(np.finfo(dtype).eps) * 8)
@@ -156,7 +156,7 @@ def test_a_kernel_writing_its_input_fails(tmp_path):
         mlarope.fuzz(WritesItsInput(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
 
 
-def test_the_readme_example_fuzzes_clean(tmp_path):
+def test_the_docs_example_fuzzes_clean(tmp_path):
     result = mlarope.fuzz(MyRope(), ops=["rope"], cases=8000, out=str(tmp_path), quiet=True)
     assert result["failing_cases"] == 0 and "rope: not my kernel's case" in result["summary"]
 
