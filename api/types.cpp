@@ -29,6 +29,21 @@ std::string_view to_string(TokenLayout l) { return l == TokenLayout::sbhd ? "sbh
 std::string_view to_string(FreqMode m) {
   return m == FreqMode::per_sequence ? "per_sequence" : "packed";
 }
+std::string_view to_string(Op op) {
+  switch (op) {
+    case Op::rope: return "rope";
+    case Op::rope_backward: return "rope_backward";
+    case Op::kv_split: return "kv_split";
+    case Op::kv_split_backward: return "kv_split_backward";
+  }
+  return "?";
+}
+
+std::string shape_string(const std::int64_t* shape, int rank) {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
 
 namespace {
 [[noreturn]] void bad_value(std::string_view what, std::string_view value,
@@ -61,6 +76,12 @@ FreqMode parse_freq_mode(std::string_view s, std::string_view what) {
   if (s == "per_sequence") return FreqMode::per_sequence;
   if (s == "packed") return FreqMode::packed;
   bad_value(what, s, "per_sequence or packed");
+}
+
+Op parse_op(std::string_view s, std::string_view what) {
+  for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
+    if (to_string(op) == s) return op;
+  bad_value(what, s, "rope, rope_backward, kv_split or kv_split_backward");
 }
 
 std::string describe_status(DeviceStatus status) {

@@ -14,25 +14,7 @@
 namespace mlarope {
 namespace {
 
-[[noreturn]] void fail(const std::string& message) { throw Error(message); }
-
-std::string shape_string(const ConstTensorView& v) {
-  std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < v.rank; ++i) s << (i ? ", " : "") << v.shape[i];
-  s << "]";
-  return s.str();
-}
-
 bool valid_dtype(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
-
-std::string strides_string(const ConstTensorView& v) {
-  std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < v.rank; ++i) s << (i ? ", " : "") << v.strides[i];
-  s << "]";
-  return s.str();
-}
 
 // a * b + c when it stays within [0, kMaxViewBytes]; -1 otherwise (a, b, c >= 0).
 std::int64_t bounded_multiply_add(std::int64_t a, std::int64_t b, std::int64_t c) {
@@ -57,21 +39,21 @@ void check_view_size(const ConstTensorView& v, const char* name) {
     if (v.shape[i] == 0) return;  // no element, however large the other dimensions
   for (int i = 0; i < v.rank; ++i)
     if (v.shape[i] > kMaxDim)
-      fail(std::string(name) + ": " + dim_label(v, i) + " = " + std::to_string(v.shape[i]) + " in shape " +
-           shape_string(v) + ", more than 2^61 (the largest size, docs/semantics.md §5)");
+      throw Error(std::string(name) + ": " + dim_label(v, i) + " = " + std::to_string(v.shape[i]) + " in shape " +
+           shape_string(v.shape.data(), v.rank) + ", more than 2^61 (the largest size, docs/semantics.md §5)");
   for (int i = 0; i < v.rank; ++i)
     if (v.strides[i] > kMaxViewBytes || v.strides[i] < -kMaxViewBytes)
-      fail(std::string(name) + ": stride " + std::to_string(v.strides[i]) + " of " + dim_label(v, i) +
-           " (strides " + strides_string(v) + ") is beyond 2^62 elements");
+      throw Error(std::string(name) + ": stride " + std::to_string(v.strides[i]) + " of " + dim_label(v, i) +
+           " (strides " + shape_string(v.strides.data(), v.rank) + ") is beyond 2^62 elements");
   std::int64_t count = 1, span = 0;
   for (int i = 0; i < v.rank && count >= 0; ++i) count = bounded_multiply_add(count, v.shape[i], 0);
   if (count < 0)
-    fail(std::string(name) + ": shape " + shape_string(v) + " has more than 2^62 elements");
+    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) + " has more than 2^62 elements");
   for (int i = 0; i < v.rank && span >= 0; ++i)
     span = bounded_multiply_add(v.shape[i] - 1, std::llabs(v.strides[i]), span);
   const std::int64_t size = static_cast<std::int64_t>(dtype_size(v.dtype));
   if (span < 0 || bounded_multiply_add(span + 1, size, 0) < 0)
-    fail(std::string(name) + ": shape " + shape_string(v) + " with strides " + strides_string(v) +
+    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) + " with strides " + shape_string(v.strides.data(), v.rank) +
          " spans more than 2^62 bytes");
 }
 
@@ -82,32 +64,32 @@ void check_aligned(const void* data, std::size_t element_bytes, const char* name
   std::ostringstream s;
   s << name << ": data pointer 0x" << std::hex << address << std::dec << " is not aligned to its element size ("
     << element_bytes << " bytes, " << type << ")";
-  fail(s.str());
+  throw Error(s.str());
 }
 
 // Rank, dtype, sizes, last-dim stride, null data and alignment of one view.
 void check_view(const ConstTensorView& v, const char* name, int rank) {
   if (v.rank != rank)
-    fail(std::string(name) + ": rank " + std::to_string(v.rank) + ", expected " +
-         std::to_string(rank) + " (shape " + shape_string(v) + ")");
-  if (!valid_dtype(v.dtype)) fail(std::string(name) + ": unknown dtype");
+    throw Error(std::string(name) + ": rank " + std::to_string(v.rank) + ", expected " +
+         std::to_string(rank) + " (shape " + shape_string(v.shape.data(), v.rank) + ")");
+  if (!valid_dtype(v.dtype)) throw Error(std::string(name) + ": unknown dtype");
   for (int i = 0; i < rank; ++i)
     if (v.shape[i] < 0)
-      fail(std::string(name) + ": negative size in shape " + shape_string(v));
+      throw Error(std::string(name) + ": negative size in shape " + shape_string(v.shape.data(), v.rank));
   check_view_size(v, name);
   if (v.numel() > 0 && v.data != nullptr)
     check_aligned(v.data, dtype_size(v.dtype), name, std::string(to_string(v.dtype)).c_str());
   if (v.numel() > 0 && v.data == nullptr)
-    fail(std::string(name) + ": null data with shape " + shape_string(v));
+    throw Error(std::string(name) + ": null data with shape " + shape_string(v.shape.data(), v.rank));
   if (rank > 0 && v.size(-1) > 1 && v.stride(-1) != 1)
-    fail(std::string(name) + ": last-dim stride " + std::to_string(v.stride(-1)) +
+    throw Error(std::string(name) + ": last-dim stride " + std::to_string(v.stride(-1)) +
          ", expected 1");
 }
 
 void check_last_dim(const ConstTensorView& v, const char* name, std::int64_t expected,
                     const std::string& formula) {
   if (v.size(-1) != expected)
-    fail(std::string(name) + ": last dim " + std::to_string(v.size(-1)) + ", expected " +
+    throw Error(std::string(name) + ": last dim " + std::to_string(v.size(-1)) + ", expected " +
          formula + " = " + std::to_string(expected));
 }
 
@@ -115,14 +97,14 @@ void check_same_dims(const ConstTensorView& a, const char* a_name, const ConstTe
                      const char* b_name, int count) {
   for (int i = 0; i < count; ++i)
     if (a.shape[i] != b.shape[i])
-      fail(std::string(b_name) + ": shape " + shape_string(b) + " does not match " + a_name +
-           " shape " + shape_string(a) + " in dim " + std::to_string(i));
+      throw Error(std::string(b_name) + ": shape " + shape_string(b.shape.data(), b.rank) + " does not match " + a_name +
+           " shape " + shape_string(a.shape.data(), a.rank) + " in dim " + std::to_string(i));
 }
 
 void check_same_dtype(const ConstTensorView& a, const char* a_name, const ConstTensorView& b,
                       const char* b_name) {
   if (a.dtype != b.dtype)
-    fail(std::string(b_name) + ": dtype " + std::string(to_string(b.dtype)) + ", expected " +
+    throw Error(std::string(b_name) + ": dtype " + std::string(to_string(b.dtype)) + ", expected " +
          std::string(to_string(a.dtype)) + " (the dtype of " + a_name + ")");
 }
 
@@ -165,7 +147,7 @@ void check_no_self_overlap(const ConstTensorView& v, const char* name) {
   std::int64_t inner_extent = 1;
   for (auto [stride, size] : dims) {
     if (stride < inner_extent)
-      fail(std::string(name) + ": strides make elements overlap (shape " + shape_string(v) +
+      throw Error(std::string(name) + ": strides make elements overlap (shape " + shape_string(v.shape.data(), v.rank) +
            "); an output needs one element per index");
     inner_extent = stride * (size - 1) + inner_extent;
   }
@@ -181,7 +163,7 @@ void check_output_disjoint(const ConstTensorView& out, const char* name,
   const Extent e = extent_of(out);
   for (const NamedExtent& other : others)
     if (overlaps(e, other.extent))
-      fail(std::string(name) + ": memory overlaps " + other.name +
+      throw Error(std::string(name) + ": memory overlaps " + other.name +
            "; outputs of out-of-place calls must not overlap any input or other output");
 }
 
@@ -202,22 +184,22 @@ std::vector<NamedExtent> concat(std::vector<NamedExtent> a, const std::vector<Na
 
 void check_table(const ConstTensorView& table, const char* name, std::int64_t emb_dim) {
   if (table.rank != 2 && table.rank != 4)
-    fail(std::string(name) + ": rank " + std::to_string(table.rank) +
+    throw Error(std::string(name) + ": rank " + std::to_string(table.rank) +
          ", expected [R, emb_dim] or [R, 1, 1, emb_dim]");
   check_view(table, name, table.rank);
   if (table.rank == 4 && (table.shape[1] != 1 || table.shape[2] != 1))
-    fail(std::string(name) + ": shape " + shape_string(table) + ", expected [R, 1, 1, emb_dim]");
+    throw Error(std::string(name) + ": shape " + shape_string(table.shape.data(), table.rank) + ", expected [R, 1, 1, emb_dim]");
   check_last_dim(table, name, emb_dim, "emb_dim");
 }
 
 void check_rotation(const Rotation& r, std::int64_t emb_dim) {
   if (emb_dim < 2 || emb_dim % 2 != 0)
-    fail("emb_dim = " + std::to_string(emb_dim) + ": expected an even number >= 2");
+    throw Error("emb_dim = " + std::to_string(emb_dim) + ": expected an even number >= 2");
   check_dim(emb_dim, "emb_dim");
   check_table(r.cos, "cos", emb_dim);
   check_table(r.sin, "sin", emb_dim);
   check_same_dims(r.cos, "cos", r.sin, "sin", r.cos.rank);
-  if (r.sin.rank != r.cos.rank) fail("sin: rank differs from cos");
+  if (r.sin.rank != r.cos.rank) throw Error("sin: rank differs from cos");
   check_same_dtype(r.cos, "cos", r.sin, "sin");
 }
 
@@ -225,10 +207,10 @@ void check_index_array(const IndexView& v, const char* name, std::int64_t expect
                        bool allow_i64) {
   if (!v.present()) return;
   if (v.type != IndexType::i32 && !(allow_i64 && v.type == IndexType::i64))
-    fail(std::string(name) + ": index type " + std::string(to_string(v.type)) + ", expected " +
+    throw Error(std::string(name) + ": index type " + std::string(to_string(v.type)) + ", expected " +
          (allow_i64 ? "i32 or i64" : "i32"));
   if (v.size != expected_size)
-    fail(std::string(name) + ": " + std::to_string(v.size) + " entries, expected " +
+    throw Error(std::string(name) + ": " + std::to_string(v.size) + " entries, expected " +
          std::to_string(expected_size));
   if (v.size > 0) check_aligned(v.data, index_size(v.type), name, std::string(to_string(v.type)).c_str());
 }
@@ -257,37 +239,37 @@ std::int64_t host_known_last_row(const Positions& p, RowShape rows) {
 // up no table row, so the table need not cover its rows.
 void check_positions(const Positions& p, RowShape rows, std::int64_t table_row_count,
                      bool writes_nothing) {
-  if (p.layout != TokenLayout::sbhd && p.layout != TokenLayout::thd) fail("layout: unknown value");
-  if (p.cp_size < 1) fail("cp_size = " + std::to_string(p.cp_size) + ": expected >= 1");
+  if (p.layout != TokenLayout::sbhd && p.layout != TokenLayout::thd) throw Error("layout: unknown value");
+  if (p.cp_size < 1) throw Error("cp_size = " + std::to_string(p.cp_size) + ": expected >= 1");
   if (p.cp_size > kMaxCpSize)
-    fail("cp_size = " + std::to_string(p.cp_size) + ": expected <= 2^20 (" +
+    throw Error("cp_size = " + std::to_string(p.cp_size) + ": expected <= 2^20 (" +
          std::to_string(kMaxCpSize) + ")");
   if (p.cp_rank < 0 || p.cp_rank >= p.cp_size)
-    fail("cp_rank = " + std::to_string(p.cp_rank) + ": expected 0 <= cp_rank < cp_size = " +
+    throw Error("cp_rank = " + std::to_string(p.cp_rank) + ": expected 0 <= cp_rank < cp_size = " +
          std::to_string(p.cp_size));
   if (p.freq_mode != FreqMode::per_sequence && p.freq_mode != FreqMode::packed)
-    fail("freq_mode: unknown value");
-  if (p.max_seqlen < 0) fail("max_seqlen = " + std::to_string(p.max_seqlen) + ": expected >= 0");
+    throw Error("freq_mode: unknown value");
+  if (p.max_seqlen < 0) throw Error("max_seqlen = " + std::to_string(p.max_seqlen) + ": expected >= 0");
   if (p.layout == TokenLayout::sbhd) {
-    if (p.cu_seqlens.present()) fail("cu_seqlens: given for an SBHD call; it is THD only");
-    if (p.position_ids.present()) fail("position_ids: given for an SBHD call; it is THD only");
+    if (p.cu_seqlens.present()) throw Error("cu_seqlens: given for an SBHD call; it is THD only");
+    if (p.position_ids.present()) throw Error("position_ids: given for an SBHD call; it is THD only");
     if (p.freq_mode == FreqMode::packed)
-      fail("freq_mode = packed: given for an SBHD call; it is THD only");
+      throw Error("freq_mode = packed: given for an SBHD call; it is THD only");
     if (p.cp_size > 1 && rows.seq % 2 != 0)
-      fail("S = " + std::to_string(rows.seq) + ": SBHD with cp_size = " +
+      throw Error("S = " + std::to_string(rows.seq) + ": SBHD with cp_size = " +
            std::to_string(p.cp_size) + " needs an even sequence length");
     check_index_array(p.seq_offsets, "seq_offsets", rows.batch, false);
   } else {
-    if (!p.cu_seqlens.present()) fail("cu_seqlens: missing; THD calls need it");
+    if (!p.cu_seqlens.present()) throw Error("cu_seqlens: missing; THD calls need it");
     if (p.cu_seqlens.size < 1)
-      fail("cu_seqlens: " + std::to_string(p.cu_seqlens.size) + " entries, expected N + 1 >= 1");
+      throw Error("cu_seqlens: " + std::to_string(p.cu_seqlens.size) + " entries, expected N + 1 >= 1");
     check_index_array(p.cu_seqlens, "cu_seqlens", p.cu_seqlens.size, false);
     check_index_array(p.position_ids, "position_ids", rows.seq, true);
     check_index_array(p.seq_offsets, "seq_offsets", p.cu_seqlens.size - 1, false);
   }
   const std::int64_t last = writes_nothing ? -1 : host_known_last_row(p, rows);
   if (last >= table_row_count)
-    fail("cos/sin: " + std::to_string(table_row_count) + " rows, but the call uses row " +
+    throw Error("cos/sin: " + std::to_string(table_row_count) + " rows, but the call uses row " +
          std::to_string(last) + " (needs at least " + std::to_string(last + 1) + ")");
 }
 
@@ -352,16 +334,16 @@ void check_k_pe_view(const ConstTensorView& kv, const ConstTensorView& v, const 
   check_view(v, name, kv.rank);
   check_same_dims(kv, "kv rows", v, name, kv.rank - 2);
   if (v.size(-2) != 1)
-    fail(std::string(name) + ": shape " + shape_string(v) + ", expected one head ([..., 1, emb_dim])");
+    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) + ", expected one head ([..., 1, emb_dim])");
   check_last_dim(v, name, emb_dim, "emb_dim");
 }
 
 }  // namespace
 
 void check_dim(std::int64_t value, const char* name) {
-  if (value < 0) fail(std::string(name) + " = " + std::to_string(value) + ": expected >= 0");
+  if (value < 0) throw Error(std::string(name) + " = " + std::to_string(value) + ": expected >= 0");
   if (value > kMaxDim)
-    fail(std::string(name) + " = " + std::to_string(value) + ": more than 2^61, the largest size (docs/semantics.md §5)");
+    throw Error(std::string(name) + " = " + std::to_string(value) + ": more than 2^61, the largest size (docs/semantics.md §5)");
 }
 
 bool writes_nothing(const RopeCall& c) { return c.out.numel() == 0; }
@@ -435,39 +417,39 @@ void validate(const KvSplitBackwardCall& c) {
 
 void validate(const YarnTablesCall& c) {
   const ConstTensorView cos = c.cos, sin = c.sin;
-  if (cos.rank < 1) fail("cos: rank 0, expected [R, emb_dim] or [R, 1, 1, emb_dim]");
+  if (cos.rank < 1) throw Error("cos: rank 0, expected [R, emb_dim] or [R, 1, 1, emb_dim]");
   const std::int64_t emb_dim = cos.size(-1);
   if (emb_dim < 2 || emb_dim % 2 != 0 || emb_dim > kMaxDim)
-    fail("emb_dim = " + std::to_string(emb_dim) + " (last dim of cos): expected an even number >= 2, at most 2^61");
+    throw Error("emb_dim = " + std::to_string(emb_dim) + " (last dim of cos): expected an even number >= 2, at most 2^61");
   check_table(cos, "cos", emb_dim);
   check_table(sin, "sin", emb_dim);
   check_same_dims(cos, "cos", sin, "sin", cos.rank);
   check_same_dtype(cos, "cos", sin, "sin");
   check_no_self_overlap(cos, "cos");
   check_no_self_overlap(sin, "sin");
-  if (overlaps(extent_of(cos), extent_of(sin))) fail("sin: memory overlaps cos");
+  if (overlaps(extent_of(cos), extent_of(sin))) throw Error("sin: memory overlaps cos");
   const YarnParams& p = c.params;
   auto positive = [](double x, const char* name) {
     if (!(x > 0) || !std::isfinite(x))
-      fail(std::string(name) + " = " + std::to_string(x) + ": expected a finite number > 0");
+      throw Error(std::string(name) + " = " + std::to_string(x) + ": expected a finite number > 0");
   };
   positive(p.rotary_base, "rotary_base");
   positive(p.scaling_factor, "scaling_factor");
   positive(p.original_max_position_embeddings, "original_max_position_embeddings");
   positive(p.beta_fast, "beta_fast");
   positive(p.beta_slow, "beta_slow");
-  if (p.rotary_base == 1.0) fail("rotary_base = 1: expected a base other than 1");
+  if (p.rotary_base == 1.0) throw Error("rotary_base = 1: expected a base other than 1");
   if (!std::isfinite(p.mscale) || !std::isfinite(p.mscale_all_dim))
-    fail("mscale / mscale_all_dim: expected finite numbers");
+    throw Error("mscale / mscale_all_dim: expected finite numbers");
   // Megatron's mscale(s, m) = 0.1 * m * ln(s) + 1 for s > 1; the concentration divides by it.
   const double denominator = p.scaling_factor <= 1 ? 1.0 : 0.1 * p.mscale_all_dim * std::log(p.scaling_factor) + 1;
   if (std::isnan(p.concentration_override) && std::fabs(denominator) < 1e-12)
-    fail("mscale_all_dim = " + std::to_string(p.mscale_all_dim) +
+    throw Error("mscale_all_dim = " + std::to_string(p.mscale_all_dim) +
          ": makes mscale(scaling_factor, mscale_all_dim) zero, so the concentration factor is infinite");
   if (c.table_layout != PairLayout::half && c.table_layout != PairLayout::interleaved)
-    fail("table_layout: unknown value");
+    throw Error("table_layout: unknown value");
   if (c.offset > kMaxDim || c.offset < -kMaxDim)  // positions offset + row stay in 63 bits
-    fail("offset = " + std::to_string(c.offset) + ": beyond 2^61 in magnitude, the largest size (docs/semantics.md §5)");
+    throw Error("offset = " + std::to_string(c.offset) + ": beyond 2^61 in magnitude, the largest size (docs/semantics.md §5)");
 }
 
 namespace {
@@ -477,22 +459,13 @@ std::int64_t index_at(const IndexView& v, std::int64_t i) {
                                   : static_cast<const std::int64_t*>(v.data)[i];
 }
 
-// CP position of local position lp in a local sequence of length len (docs/semantics.md §2).
-std::int64_t cp_position(std::int64_t lp, std::int64_t len, std::int64_t cp_size,
-                         std::int64_t cp_rank) {
-  if (cp_size == 1) return lp;
-  const std::int64_t half = len / 2;
-  if (lp < half) return cp_rank * half + lp;
-  return len * cp_size - (cp_rank + 1) * half + (lp - half);
-}
-
 bool outside(std::int64_t row, std::int64_t table_rows) { return row < 0 || row >= table_rows; }
 
 DeviceStatus check_sbhd_metadata(const Positions& p, RowShape rows, std::int64_t table_rows) {
   DeviceStatus status = kStatusOk;
   for (std::int64_t b = 0; b < rows.batch; ++b)
     for (std::int64_t s = 0; s < rows.seq; ++s) {
-      std::int64_t row = cp_position(s, rows.seq, p.cp_size, p.cp_rank);
+      std::int64_t row = cp_pos(s, rows.seq, p.cp_size, p.cp_rank);
       if (p.seq_offsets.present()) row += index_at(p.seq_offsets, b);
       if (outside(row, table_rows)) status |= kStatusRowOutsideTable;
     }
@@ -500,6 +473,13 @@ DeviceStatus check_sbhd_metadata(const Positions& p, RowShape rows, std::int64_t
 }
 
 }  // namespace
+
+std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size, std::int64_t cp_rank) {
+  if (cp_size == 1) return lp;
+  const std::int64_t half = length / 2;
+  if (lp < half) return cp_rank * half + lp;
+  return length * cp_size - (cp_rank + 1) * half + (lp - half);
+}
 
 DeviceStatus check_cu_seqlens(const Positions& p, std::int64_t rows) {
   const std::int64_t n = p.cu_seqlens.size - 1;
@@ -526,7 +506,7 @@ DeviceStatus check_device_metadata(const Positions& p, RowShape rows, std::int64
     const std::int64_t start = index_at(p.cu_seqlens, i);
     const std::int64_t len = (index_at(p.cu_seqlens, i + 1) - start) / p.cp_size;
     for (std::int64_t lp = 0; lp < len; ++lp) {
-      std::int64_t row = cp_position(lp, len, p.cp_size, p.cp_rank);
+      std::int64_t row = cp_pos(lp, len, p.cp_size, p.cp_rank);
       if (p.freq_mode == FreqMode::packed) row += start;
       if (p.seq_offsets.present()) row += index_at(p.seq_offsets, i);
       if (p.position_ids.present()) row = index_at(p.position_ids, local_start + lp);

@@ -37,6 +37,7 @@
 
 #include "mlarope/backend.h"
 #include "mlarope/host_convert.h"
+#include "command_line.h"
 #include "shapes.h"
 
 using namespace mlarope;
@@ -476,16 +477,6 @@ void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
-}
-
-bool take_flag(int& argc, char** argv, const std::string& flag) {
-  for (int i = 1; i < argc; ++i)
-    if (argv[i] == flag) {
-      std::copy(argv + i + 1, argv + argc, argv + i);
-      --argc;
-      return true;
-    }
-  return false;
 }
 
 // The value of `--name=value` in argv (not removed), or "" when absent.

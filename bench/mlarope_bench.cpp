@@ -34,6 +34,7 @@
 #include "io/junit.h"
 #include "mlarope/error.h"
 #include "mlarope/timing.h"
+#include "command_line.h"
 #include "shapes.h"
 
 using namespace mlarope;
@@ -256,16 +257,6 @@ void run_strided_floor(benchmark::State& state, Shape shape) {
   std::int64_t next = 0;
   const double seconds = timed_loop(state, [&] { strided_touch(buffer.data() + (next++ % sets) * tensor, shape); });
   set_counters(state, bytes, seconds);
-}
-
-bool take_flag(int& argc, char** argv, const std::string& flag) {
-  for (int i = 1; i < argc; ++i)
-    if (argv[i] == flag) {
-      std::copy(argv + i + 1, argv + argc, argv + i);
-      --argc;
-      return true;
-    }
-  return false;
 }
 
 // The value of `flag=VALUE` (removed from argv), or "" when absent.

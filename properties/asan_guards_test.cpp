@@ -23,7 +23,7 @@ using fault_injection::KernelFault;
 harness::Case small_rope_case() {
   harness::Case c;
   harness::CaseConfig& k = c.config;
-  k.op = harness::Op::rope;
+  k.op = mlarope::Op::rope;
   k.layout = TokenLayout::sbhd;
   k.dtype = k.table_dtype = DType::f32;
   k.nope_dim = 4;

@@ -12,6 +12,7 @@
 #include "mlarope/host_convert.h"
 #include "positions.h"
 #include "reference.h"
+#include "rng.h"
 
 namespace mlarope::props {
 namespace {
@@ -20,30 +21,6 @@ using harness::Case;
 using harness::storage_dtype;
 
 constexpr std::int64_t kMaxOffset = 8;
-
-/// splitmix64: platform-independent random numbers.
-class Rng {
- public:
-  Rng(std::uint64_t seed, std::string_view stream) : state_(seed) {
-    for (char ch : stream) state_ = (state_ ^ static_cast<unsigned char>(ch)) * 0x100000001B3ull;
-  }
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  std::int64_t below(std::int64_t n) { return n <= 0 ? 0 : static_cast<std::int64_t>(next() % n); }
-  double sign() { return (next() & 1) ? -1.0 : 1.0; }
-  double normal() {
-    const double u = 1.0 - uniform(), v = uniform();
-    return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
-  }
-
- private:
-  std::uint64_t state_;
-};
 
 npy::Array index_array(const std::vector<std::int64_t>& values, IndexType type) {
   const auto n = static_cast<std::int64_t>(values.size());

@@ -15,8 +15,6 @@
 
 namespace mlarope::props {
 
-using harness::Op;
-
 /// Where the cos/sin tables come from.
 enum class TableKind : std::uint8_t {
   unit,    ///< YaRN tables (reference::yarn_tables), concentration 1: c^2 + s^2 = 1

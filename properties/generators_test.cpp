@@ -17,7 +17,6 @@
 
 using namespace mlarope;
 using namespace mlarope::props;
-using harness::Op;
 
 namespace {
 

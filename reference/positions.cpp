@@ -29,24 +29,10 @@ RowMap map_sbhd(const Positions& p, RowShape rows, std::int64_t table_rows) {
   return map;
 }
 
-// Status bits of cu_seqlens as a whole; when any is set, no row can be trusted.
-DeviceStatus cu_seqlens_status(const Positions& p, std::int64_t total_rows) {
-  const IndexView& cu = p.cu_seqlens;
-  DeviceStatus status = kStatusOk;
-  for (std::int64_t i = 0; i + 1 < cu.size; ++i) {
-    const std::int64_t length = index_at(cu, i + 1) - index_at(cu, i);
-    if (length < 0) status |= kStatusBadCuSeqlens;
-    else if (p.cp_size > 1 && length % (2 * p.cp_size) != 0) status |= kStatusBadSeqLength;
-  }
-  const std::int64_t global_total = index_at(cu, cu.size - 1) - index_at(cu, 0);
-  if (status == kStatusOk && global_total > total_rows * p.cp_size) status |= kStatusBadCuSeqlens;
-  return status;
-}
-
 RowMap map_thd(const Positions& p, std::int64_t total_rows, std::int64_t table_rows) {
   RowMap map;
   map.freq_row.assign(total_rows, RowMap::kPassThrough);
-  map.status = cu_seqlens_status(p, total_rows);
+  map.status = check_cu_seqlens(p, total_rows);  // when set, no row can be trusted
   if (map.status != kStatusOk) return map;
   const IndexView& cu = p.cu_seqlens;
   std::int64_t row = 0;  // first row of the current sequence: lcu_i
@@ -65,14 +51,6 @@ RowMap map_thd(const Positions& p, std::int64_t total_rows, std::int64_t table_r
 }
 
 }  // namespace
-
-std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size,
-                    std::int64_t cp_rank) {
-  if (cp_size == 1) return lp;
-  const std::int64_t half = length / 2;
-  if (lp < half) return cp_rank * half + lp;
-  return length * cp_size - (cp_rank + 1) * half + (lp - half);
-}
 
 RowMap map_rows(const Positions& p, RowShape rows, std::int64_t table_rows) {
   if (p.layout == TokenLayout::sbhd) return map_sbhd(p, rows, table_rows);

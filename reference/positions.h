@@ -17,10 +17,6 @@ struct RowMap {
   DeviceStatus status = kStatusOk;  ///< bits the device would raise for this metadata
 };
 
-/// cp_pos(lp) for a local sequence of length `length` (docs/semantics.md §2).
-std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size,
-                    std::int64_t cp_rank);
-
 /// Map every row to its table row; metadata arrays are host memory. Rows whose metadata is
 /// invalid, padding rows, and rows whose freq_row falls outside [0, table_rows) pass through.
 RowMap map_rows(const Positions& positions, RowShape rows, std::int64_t table_rows);

@@ -99,21 +99,21 @@ void expect_rows(const Positions& positions, RowShape rows, std::int64_t table_r
 }
 
 TEST(CpPos, IsTheIdentityWithoutContextParallelism) {
-  for (std::int64_t lp = 0; lp < 5; ++lp) EXPECT_EQ(reference::cp_pos(lp, 5, 1, 0), lp);
+  for (std::int64_t lp = 0; lp < 5; ++lp) EXPECT_EQ(mlarope::cp_pos(lp, 5, 1, 0), lp);
 }
 
 TEST(CpPos, RankHoldsChunksRankAndMirror) {
   // Local length 4 on 2 ranks: global length 8 in chunks [0,1] [2,3] [4,5] [6,7].
   std::vector<std::int64_t> rank0, rank1;
   for (std::int64_t lp = 0; lp < 4; ++lp) {
-    rank0.push_back(reference::cp_pos(lp, 4, 2, 0));
-    rank1.push_back(reference::cp_pos(lp, 4, 2, 1));
+    rank0.push_back(mlarope::cp_pos(lp, 4, 2, 0));
+    rank1.push_back(mlarope::cp_pos(lp, 4, 2, 1));
   }
   EXPECT_EQ(rank0, (std::vector<std::int64_t>{0, 1, 6, 7}));
   EXPECT_EQ(rank1, (std::vector<std::int64_t>{2, 3, 4, 5}));
   // 4 ranks, local length 2: rank 2 holds chunks 2 and 5 of 8.
-  EXPECT_EQ(reference::cp_pos(0, 2, 4, 2), 2);
-  EXPECT_EQ(reference::cp_pos(1, 2, 4, 2), 5);
+  EXPECT_EQ(mlarope::cp_pos(0, 2, 4, 2), 2);
+  EXPECT_EQ(mlarope::cp_pos(1, 2, 4, 2), 5);
 }
 
 // Megatron's THD examples.

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "rng.h"
 #include "mlarope/host_convert.h"
 #include "mlarope/megatron.h"
 #include "mlarope/ops.h"
@@ -28,29 +29,8 @@ namespace mlarope::test {
 
 inline constexpr double kPi = 3.14159265358979323846;
 
-/// Deterministic, platform-independent random numbers from a seed (splitmix64).
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  /// Uniform in [0, 1).
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  /// Uniform in [lo, hi).
-  double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
-  /// Magnitude uniform in [lo, hi), random sign.
-  double signed_magnitude(double lo, double hi) {
-    const double m = uniform(lo, hi);
-    return (next() & 1) ? -m : m;
-  }
-
- private:
-  std::uint64_t state_;
-};
+/// The tests' generator (rng.h).
+using Rng = ::mlarope::Rng;
 
 /// A tensor of one DType in std::vector storage, seen through a strided view. Strides are in
 /// elements and must be >= 0; `guard` spare elements sit before and after the viewed span, so a

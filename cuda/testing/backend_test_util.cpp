@@ -25,17 +25,6 @@ std::string backend_name(const ::testing::TestParamInfo<BackendKind>& info) {
   return std::string(to_string(info.param));
 }
 
-std::uint64_t Rng::next() {
-  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-double Rng::uniform(double lo, double hi) {
-  return lo + (hi - lo) * (static_cast<double>(next() >> 11) * 0x1.0p-53);
-}
-
 // --- Tensor ----------------------------------------------------------------------------------
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape, std::vector<std::int64_t> strides)

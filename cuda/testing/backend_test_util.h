@@ -14,6 +14,7 @@
 
 #include "mlarope/backend.h"
 #include "mlarope/ops.h"
+#include "rng.h"
 
 namespace mlarope {
 /// gtest printer: the backend's name.
@@ -41,19 +42,8 @@ std::string backend_name(const ::testing::TestParamInfo<BackendKind>& info);
                            ::testing::Values(BackendKind::host, BackendKind::cuda),          \
                            ::mlarope::test::backend_name)
 
-/// Deterministic random numbers (splitmix64).
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next();
-  /// Uniform in [lo, hi).
-  double uniform(double lo = -1.0, double hi = 1.0);
-  /// Uniform integer in [0, n).
-  std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(n)); }
-
- private:
-  std::uint64_t state_;
-};
+/// The tests' generator (reference/rng.h).
+using Rng = ::mlarope::Rng;
 
 /// Bytes of poison around and between the viewed elements of every test tensor.
 inline constexpr std::size_t kGuardBytes = 64;

@@ -98,19 +98,19 @@ class Runner {
 
   void run_on_device(const DeviceArena& d, Built& b) const {
     switch (b.spec.op) {
-      case Op::rope: mlarope::rope({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_); break;
-      case Op::rope_inplace: mlarope::rope_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_); break;
-      case Op::rope_backward:
+      case EntryPoint::rope: mlarope::rope({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_); break;
+      case EntryPoint::rope_inplace: mlarope::rope_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_); break;
+      case EntryPoint::rope_backward:
         mlarope::rope_backward({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_);
         break;
-      case Op::rope_backward_inplace:
+      case EntryPoint::rope_backward_inplace:
         mlarope::rope_backward_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_);
         break;
-      case Op::kv_split:
+      case EntryPoint::kv_split:
         mlarope::kv_split({d.move(b.in0), d.move(b.in1), d.move(b.out0), d.move(b.out1), d.move_args(b.kv_args)},
                           *stream_);
         break;
-      case Op::kv_split_backward:
+      case EntryPoint::kv_split_backward:
         mlarope::kv_split_backward(
             {d.move(b.in0), d.move(b.in1), d.move(b.out0), d.move(b.out1), d.move_args(b.kv_args)}, *stream_);
         break;
@@ -160,7 +160,7 @@ class GarbageMetadata : public BackendTest {};
 const char* layout_name(TokenLayout l) { return l == TokenLayout::sbhd ? "sbhd" : "thd"; }
 
 std::string trace(const Spec& s) {
-  return std::string(op_name(s.op)) + " " + layout_name(s.layout) + " seed " + std::to_string(s.seed);
+  return std::string(entry_point_name(s.op)) + " " + layout_name(s.layout) + " seed " + std::to_string(s.seed);
 }
 
 // --- Rejections --------------------------------------------------------------------------------
@@ -192,9 +192,9 @@ const std::vector<TokenLayout> kBothLayouts = {TokenLayout::sbhd, TokenLayout::t
 // For every op and layout: build the spec (edited), break the call (edited), expect rejection.
 // Returns how many calls were checked.
 int check_rule(const Runner& runner, const std::vector<TokenLayout>& layouts, const SpecEdit& edit_spec,
-               const CallEdit& edit_call, const std::vector<Op>& ops = all_ops()) {
+               const CallEdit& edit_call, const std::vector<EntryPoint>& ops = all_entry_points()) {
   int checked = 0;
-  for (Op op : ops)
+  for (EntryPoint op : ops)
     for (TokenLayout layout : layouts) {
       Spec s;
       s.op = op;
@@ -216,7 +216,7 @@ int check_view_rule(const Runner& runner, const std::vector<TokenLayout>& layout
                     const std::function<std::vector<std::string>(Built&, Built::Named&)>& edit_view,
                     bool include_tables) {
   int checked = 0;
-  for (Op op : all_ops())
+  for (EntryPoint op : all_entry_points())
     for (TokenLayout layout : layouts) {
       Spec s;
       s.op = op;
@@ -270,7 +270,7 @@ DeviceStatus expect_matches_reference(const Runner& runner, Built& b) {
 }
 
 TEST_P(BadInput, TheBaseCallsAreValidAndMatchTheReference) {
-  for (Op op : all_ops())
+  for (EntryPoint op : all_entry_points())
     for (TokenLayout layout : kBothLayouts)
       for (int variant = 0; variant < 3; ++variant) {
         Spec s;
@@ -304,8 +304,8 @@ TEST_P(BadInput, EmbDimOddOrZero) {
 
 // nope_dim, k_dim, v_dim >= 0 (the shapes follow the dims: width nope + emb and so on).
 TEST_P(BadInput, NegativeDims) {
-  const std::vector<Op> rope_ops = {Op::rope, Op::rope_inplace, Op::rope_backward, Op::rope_backward_inplace};
-  const std::vector<Op> kv_ops = {Op::kv_split, Op::kv_split_backward};
+  const std::vector<EntryPoint> rope_ops = {EntryPoint::rope, EntryPoint::rope_inplace, EntryPoint::rope_backward, EntryPoint::rope_backward_inplace};
+  const std::vector<EntryPoint> kv_ops = {EntryPoint::kv_split, EntryPoint::kv_split_backward};
   auto needs = [](const std::string& needle) {
     return [needle](Built&) { return std::vector<std::string>{needle}; };
   };
@@ -337,7 +337,7 @@ TEST_P(BadInput, LastDimMismatch) {
   check_rule(runner(), kBothLayouts, nullptr, [](Built& b) -> std::vector<std::string> {
     if (!is_kv(b.spec.op)) return {};
     b.kv_args.v_dim += 1;
-    return {b.spec.op == Op::kv_split ? "kv: last dim" : "grad_value: last dim"};
+    return {b.spec.op == EntryPoint::kv_split ? "kv: last dim" : "grad_value: last dim"};
   });
 }
 
@@ -384,7 +384,7 @@ SpecEdit with_metadata_arrays() {
 // tables, cu_seqlens, position_ids, seq_offsets; key must not overlap value, nor grad_kv grad_k_pe.
 TEST_P(BadInput, OutputOverlapsAnInput) {
   int checked = 0;
-  for (Op op : all_ops())
+  for (EntryPoint op : all_entry_points())
     for (TokenLayout layout : kBothLayouts) {
       Spec s;
       s.op = op;
@@ -430,13 +430,13 @@ TEST_P(BadInput, OutputOverlapsAnInput) {
   for (TokenLayout layout : kBothLayouts) {
     Spec s;
     s.layout = layout;
-    s.op = Op::kv_split;
+    s.op = EntryPoint::kv_split;
     Built f;
     build(f, s);
     f.out1.data = f.out0.data;  // value on key
     SCOPED_TRACE(layout_name(layout));
     expect_rejected(runner(), f, {"key: memory overlaps value"});
-    s.op = Op::kv_split_backward;
+    s.op = EntryPoint::kv_split_backward;
     Built g;
     build(g, s);
     g.out1.data = static_cast<unsigned char*>(g.out0.data) + 2;  // grad_k_pe inside grad_kv
@@ -502,13 +502,13 @@ TEST_P(BadInput, SbhdOddSequenceWithContextParallelism) {
         },
         [](Built&) { return std::vector<std::string>{"S = 3"}; });
   }
-  for (Op op : all_ops()) {
+  for (EntryPoint op : all_entry_points()) {
     Spec s;
     s.op = op;
     s.S = 3;
     Built b;
     build(b, s);
-    SCOPED_TRACE(op_name(op));
+    SCOPED_TRACE(entry_point_name(op));
     EXPECT_EQ(expect_matches_reference(runner(), b), kStatusOk);
   }
 }
@@ -536,8 +536,8 @@ TEST_P(BadInput, TableTooShort) {
   check_rule(runner(), {TokenLayout::thd}, [](Spec& s) { s.max_seqlen = -1; },
              [](Built&) { return std::vector<std::string>{"max_seqlen = -1"}; });
   // Enough rows: accepted.
-  for (Op op : all_ops()) {
-    SCOPED_TRACE(op_name(op));
+  for (EntryPoint op : all_entry_points()) {
+    SCOPED_TRACE(entry_point_name(op));
     Spec a;
     a.op = op;
     a.cp_size = 2;
@@ -651,7 +651,7 @@ TEST_P(BadInput, ZeroSizeTensorsAreNoOps) {
       {TokenLayout::thd, 0, 0, 6, 0, {0, 2, 6}, "H = 0"},
   };
   for (const Shape& shape : shapes)
-    for (Op op : all_ops())
+    for (EntryPoint op : all_entry_points())
       for (bool null_data : {false, true})
         for (DeviceStatus initial : {kStatusOk, kStatusBadSeqLength}) {
           Spec s;
@@ -678,7 +678,7 @@ TEST_P(BadInput, ZeroSizeTensorsAreNoOps) {
           if (all_outputs_empty) {
             EXPECT_TRUE(b.arena.same_bytes(b.arena.snapshot(), before)) << "not a no-op";
           }
-          EXPECT_EQ(all_outputs_empty, !(op == Op::kv_split_backward && shape.H == 0));
+          EXPECT_EQ(all_outputs_empty, !(op == EntryPoint::kv_split_backward && shape.H == 0));
         }
 }
 
@@ -687,11 +687,11 @@ TEST_P(BadInput, ZeroSizeTensorsAreNoOps) {
 TEST_P(BadInput, ZeroSizeWithHugeDimensionsIsANoOp) {
   constexpr std::int64_t kHuge = std::int64_t{1} << 40;
   int checked = 0;
-  for (Op op : all_ops())
+  for (EntryPoint op : all_entry_points())
     for (TokenLayout layout : kBothLayouts)
       for (bool huge_rows : {true, false}) {  // 2^40 rows with H = 0, or 2^40 heads and no rows
         // kv_split_backward's grad_k_pe is [rows, 1, emb]: with rows it has elements.
-        if (op == Op::kv_split_backward && huge_rows) continue;
+        if (op == EntryPoint::kv_split_backward && huge_rows) continue;
         Spec s;
         s.op = op;
         s.layout = layout;
@@ -939,25 +939,25 @@ void expect_passed_through(Built& b, const std::vector<std::int64_t>& passed) {
     SCOPED_TRACE("row " + std::to_string(row));
     bool ok = true;
     for (std::int64_t h = 0; h < s.H; ++h) switch (s.op) {
-        case Op::rope:
-        case Op::rope_backward:
+        case EntryPoint::rope:
+        case EntryPoint::rope_backward:
           for (std::int64_t k = 0; k < s.nope + s.emb; ++k) ok = ok && at(b.out, row, h, k) == at(p.in, row, h, k);
           break;
-        case Op::rope_inplace:
-        case Op::rope_backward_inplace:
+        case EntryPoint::rope_inplace:
+        case EntryPoint::rope_backward_inplace:
           for (std::int64_t k = 0; k < s.nope + s.emb; ++k) ok = ok && at(b.io, row, h, k) == at(p.io, row, h, k);
           break;
-        case Op::kv_split:
+        case EntryPoint::kv_split:
           for (std::int64_t k = 0; k < s.k; ++k) ok = ok && at(b.out0, row, h, k) == at(p.in0, row, h, k);
           for (std::int64_t e = 0; e < s.emb; ++e) ok = ok && at(b.out0, row, h, s.k + e) == at(p.in1, row, 0, e);
           for (std::int64_t j = 0; j < s.v; ++j) ok = ok && at(b.out1, row, h, j) == at(p.in0, row, h, s.k + j);
           break;
-        case Op::kv_split_backward:
+        case EntryPoint::kv_split_backward:
           for (std::int64_t k = 0; k < s.k; ++k) ok = ok && at(b.out0, row, h, k) == at(p.in0, row, h, k);
           for (std::int64_t j = 0; j < s.v; ++j) ok = ok && at(b.out0, row, h, s.k + j) == at(p.in1, row, h, j);
           break;
       }
-    if (s.op == Op::kv_split_backward)
+    if (s.op == EntryPoint::kv_split_backward)
       for (std::int64_t e = 0; e < s.emb; ++e) {
         double sum = 0;
         for (std::int64_t h = 0; h < s.H; ++h) sum += at(p.in0, row, h, s.k + e);
@@ -1026,7 +1026,7 @@ std::uint32_t bits_at(const Built& b, const ConstTensorView& v, std::int64_t row
 // parts of kv_split and kv_split_backward. Checked against the inputs themselves, not only
 // against the reference.
 TEST_P(GarbageMetadata, PassThroughIsBitwise) {
-  for (Op op : all_ops())
+  for (EntryPoint op : all_entry_points())
     for (DType dtype : {DType::bf16, DType::f16, DType::f32})
       for (bool bad_metadata : {false, true}) {
         Spec s;
@@ -1048,15 +1048,15 @@ TEST_P(GarbageMetadata, PassThroughIsBitwise) {
         };
         const std::int64_t width = s.nope + s.emb;
         switch (op) {
-          case Op::rope:
-          case Op::rope_backward: fill(b.in, s.H, 0, width); break;
-          case Op::rope_inplace:
-          case Op::rope_backward_inplace: fill(b.io, s.H, 0, width); break;
-          case Op::kv_split:
+          case EntryPoint::rope:
+          case EntryPoint::rope_backward: fill(b.in, s.H, 0, width); break;
+          case EntryPoint::rope_inplace:
+          case EntryPoint::rope_backward_inplace: fill(b.io, s.H, 0, width); break;
+          case EntryPoint::kv_split:
             fill(b.in0, s.H, 0, s.k + s.v);
             fill(b.in1, 1, 0, s.emb);
             break;
-          case Op::kv_split_backward:  // grad_k_pe is a head sum, not a copy: the k and v parts only
+          case EntryPoint::kv_split_backward:  // grad_k_pe is a head sum, not a copy: the k and v parts only
             fill(b.in0, s.H, 0, s.k);
             fill(b.in1, s.H, 0, s.v);
             break;
@@ -1076,20 +1076,20 @@ TEST_P(GarbageMetadata, PassThroughIsBitwise) {
         };
         for (std::int64_t row : passed)
           for (std::int64_t h = 0; h < s.H; ++h) switch (op) {
-              case Op::rope:
-              case Op::rope_backward:
+              case EntryPoint::rope:
+              case EntryPoint::rope_backward:
                 for (std::int64_t k = 0; k < width; ++k) expect_same(b.out, h, k, pristine.in, h, k, row);
                 break;
-              case Op::rope_inplace:
-              case Op::rope_backward_inplace:
+              case EntryPoint::rope_inplace:
+              case EntryPoint::rope_backward_inplace:
                 for (std::int64_t k = 0; k < width; ++k) expect_same(b.io, h, k, pristine.io, h, k, row);
                 break;
-              case Op::kv_split:
+              case EntryPoint::kv_split:
                 for (std::int64_t k = 0; k < s.k; ++k) expect_same(b.out0, h, k, pristine.in0, h, k, row);
                 for (std::int64_t e = 0; e < s.emb; ++e) expect_same(b.out0, h, s.k + e, pristine.in1, 0, e, row);
                 for (std::int64_t j = 0; j < s.v; ++j) expect_same(b.out1, h, j, pristine.in0, h, s.k + j, row);
                 break;
-              case Op::kv_split_backward:
+              case EntryPoint::kv_split_backward:
                 for (std::int64_t k = 0; k < s.k; ++k) expect_same(b.out0, h, k, pristine.in0, h, k, row);
                 for (std::int64_t j = 0; j < s.v; ++j) expect_same(b.out0, h, s.k + j, pristine.in1, h, j, row);
                 break;
@@ -1211,7 +1211,7 @@ TEST_P(GarbageMetadata, NamedCases) {
        kStatusRowOutsideTable, all_rows(8)},
   };
   for (const NamedCase& c : cases)
-    for (Op op : all_ops())
+    for (EntryPoint op : all_entry_points())
       for (DeviceStatus initial : {kStatusOk, kStatusBadSeqLength}) {
         Spec s;
         s.op = op;
@@ -1242,7 +1242,7 @@ Spec random_thd_spec(std::uint64_t seed) {
   test::Rng rng(seed * 7919 + 17);
   Spec s;
   s.seed = seed;
-  s.op = all_ops()[seed % 6];
+  s.op = all_entry_points()[seed % 6];
   s.layout = TokenLayout::thd;
   s.T = static_cast<std::int64_t>(rng.next() % 13);
   s.H = 1 + static_cast<std::int64_t>(rng.next() % 3);

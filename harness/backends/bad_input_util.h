@@ -177,32 +177,34 @@ std::uint32_t element_bits(const BasicTensorView<Void>& v, std::initializer_list
 
 // --- Calls ---------------------------------------------------------------------------------------
 
-enum class Op { rope, rope_inplace, rope_backward, rope_backward_inplace, kv_split, kv_split_backward };
+/// The library's entry points (include/mlarope/backend.h): an Op (mlarope/types.h) in one of
+/// its forms, since each form validates its own arguments.
+enum class EntryPoint { rope, rope_inplace, rope_backward, rope_backward_inplace, kv_split, kv_split_backward };
 
-inline const std::vector<Op>& all_ops() {
-  static const std::vector<Op> ops = {Op::rope,     Op::rope_inplace, Op::rope_backward, Op::rope_backward_inplace,
-                                      Op::kv_split, Op::kv_split_backward};
+inline const std::vector<EntryPoint>& all_entry_points() {
+  static const std::vector<EntryPoint> ops = {EntryPoint::rope,     EntryPoint::rope_inplace, EntryPoint::rope_backward, EntryPoint::rope_backward_inplace,
+                                      EntryPoint::kv_split, EntryPoint::kv_split_backward};
   return ops;
 }
 
-inline const char* op_name(Op op) {
+inline const char* entry_point_name(EntryPoint op) {
   switch (op) {
-    case Op::rope: return "rope";
-    case Op::rope_inplace: return "rope_inplace";
-    case Op::rope_backward: return "rope_backward";
-    case Op::rope_backward_inplace: return "rope_backward_inplace";
-    case Op::kv_split: return "kv_split";
-    case Op::kv_split_backward: return "kv_split_backward";
+    case EntryPoint::rope: return "rope";
+    case EntryPoint::rope_inplace: return "rope_inplace";
+    case EntryPoint::rope_backward: return "rope_backward";
+    case EntryPoint::rope_backward_inplace: return "rope_backward_inplace";
+    case EntryPoint::kv_split: return "kv_split";
+    case EntryPoint::kv_split_backward: return "kv_split_backward";
   }
   return "?";
 }
 
-inline bool is_kv(Op op) { return op == Op::kv_split || op == Op::kv_split_backward; }
-inline bool is_inplace(Op op) { return op == Op::rope_inplace || op == Op::rope_backward_inplace; }
+inline bool is_kv(EntryPoint op) { return op == EntryPoint::kv_split || op == EntryPoint::kv_split_backward; }
+inline bool is_inplace(EntryPoint op) { return op == EntryPoint::rope_inplace || op == EntryPoint::rope_backward_inplace; }
 
 /// Everything that describes one call to build: shapes, dims, dtypes, metadata.
 struct Spec {
-  Op op = Op::rope;
+  EntryPoint op = EntryPoint::rope;
   TokenLayout layout = TokenLayout::sbhd;
   std::int64_t S = 4, B = 2, T = 6, H = 3;
   std::int64_t nope = 2, emb = 4, k = 3, v = 5;
@@ -273,14 +275,14 @@ struct Built {
   /// The activation views, inputs first for out-of-place calls: names as validate() spells them.
   std::vector<Named> activations() {
     switch (spec.op) {
-      case Op::rope: return {{"t", false, &in, nullptr}, {"out", true, nullptr, &out}};
-      case Op::rope_backward: return {{"grad_out", false, &in, nullptr}, {"grad_t", true, nullptr, &out}};
-      case Op::rope_inplace: return {{"t", true, nullptr, &io}};
-      case Op::rope_backward_inplace: return {{"grad", true, nullptr, &io}};
-      case Op::kv_split:
+      case EntryPoint::rope: return {{"t", false, &in, nullptr}, {"out", true, nullptr, &out}};
+      case EntryPoint::rope_backward: return {{"grad_out", false, &in, nullptr}, {"grad_t", true, nullptr, &out}};
+      case EntryPoint::rope_inplace: return {{"t", true, nullptr, &io}};
+      case EntryPoint::rope_backward_inplace: return {{"grad", true, nullptr, &io}};
+      case EntryPoint::kv_split:
         return {{"kv", false, &in0, nullptr}, {"k_pe", false, &in1, nullptr},
                 {"key", true, nullptr, &out0}, {"value", true, nullptr, &out1}};
-      case Op::kv_split_backward:
+      case EntryPoint::kv_split_backward:
         return {{"grad_key", false, &in0, nullptr}, {"grad_value", false, &in1, nullptr},
                 {"grad_kv", true, nullptr, &out0}, {"grad_k_pe", true, nullptr, &out1}};
     }
@@ -388,17 +390,17 @@ inline void build(Built& b, const Spec& spec) {
   std::vector<Item> items;
   const std::int64_t width = s.nope + s.emb;
   switch (s.op) {
-    case Op::rope: items = {{"out", shape(s.H, width), true}, {"t", shape(s.H, width), false}}; break;
-    case Op::rope_backward:
+    case EntryPoint::rope: items = {{"out", shape(s.H, width), true}, {"t", shape(s.H, width), false}}; break;
+    case EntryPoint::rope_backward:
       items = {{"grad_t", shape(s.H, width), true}, {"grad_out", shape(s.H, width), false}};
       break;
-    case Op::rope_inplace: items = {{"t", shape(s.H, width), true}}; break;
-    case Op::rope_backward_inplace: items = {{"grad", shape(s.H, width), true}}; break;
-    case Op::kv_split:
+    case EntryPoint::rope_inplace: items = {{"t", shape(s.H, width), true}}; break;
+    case EntryPoint::rope_backward_inplace: items = {{"grad", shape(s.H, width), true}}; break;
+    case EntryPoint::kv_split:
       items = {{"key", shape(s.H, s.k + s.emb), true}, {"value", shape(s.H, s.v), true},
                {"kv", shape(s.H, s.k + s.v), false}, {"k_pe", shape(1, s.emb), false}};
       break;
-    case Op::kv_split_backward:
+    case EntryPoint::kv_split_backward:
       items = {{"grad_kv", shape(s.H, s.k + s.v), true}, {"grad_k_pe", shape(1, s.emb), true},
                {"grad_key", shape(s.H, s.k + s.emb), false}, {"grad_value", shape(s.H, s.v), false}};
       break;
@@ -472,12 +474,12 @@ inline void build(Built& b, const Spec& spec) {
 inline void run(const harness::Backend& backend, Built& b) {
   const Arena::Poisoned poisoned(b.arena);
   switch (b.spec.op) {
-    case Op::rope: backend.rope({b.in, b.out, b.rope_args}); break;
-    case Op::rope_inplace: backend.rope_inplace({b.io, b.rope_args}); break;
-    case Op::rope_backward: backend.rope_backward({b.in, b.out, b.rope_args}); break;
-    case Op::rope_backward_inplace: backend.rope_backward_inplace({b.io, b.rope_args}); break;
-    case Op::kv_split: backend.kv_split({b.in0, b.in1, b.out0, b.out1, b.kv_args}); break;
-    case Op::kv_split_backward: backend.kv_split_backward({b.in0, b.in1, b.out0, b.out1, b.kv_args}); break;
+    case EntryPoint::rope: backend.rope({b.in, b.out, b.rope_args}); break;
+    case EntryPoint::rope_inplace: backend.rope_inplace({b.io, b.rope_args}); break;
+    case EntryPoint::rope_backward: backend.rope_backward({b.in, b.out, b.rope_args}); break;
+    case EntryPoint::rope_backward_inplace: backend.rope_backward_inplace({b.io, b.rope_args}); break;
+    case EntryPoint::kv_split: backend.kv_split({b.in0, b.in1, b.out0, b.out1, b.kv_args}); break;
+    case EntryPoint::kv_split_backward: backend.kv_split_backward({b.in0, b.in1, b.out0, b.out1, b.kv_args}); break;
   }
 }
 

@@ -94,14 +94,11 @@ mlarope_call kv_call(int32_t op, const ConstTensorView& in0, const ConstTensorVi
   return c;
 }
 
-const char* op_name(int32_t op) {
-  switch (op) {
-    case MLAROPE_OP_ROPE: return "rope";
-    case MLAROPE_OP_ROPE_BACKWARD: return "rope_backward";
-    case MLAROPE_OP_KV_SPLIT: return "kv_split";
-    default: return "kv_split_backward";
-  }
-}
+// The ABI's op codes are the library's Op values, so an op is spelled in one place.
+static_assert(MLAROPE_OP_ROPE == static_cast<int>(Op::rope) &&
+              MLAROPE_OP_ROPE_BACKWARD == static_cast<int>(Op::rope_backward) &&
+              MLAROPE_OP_KV_SPLIT == static_cast<int>(Op::kv_split) &&
+              MLAROPE_OP_KV_SPLIT_BACKWARD == static_cast<int>(Op::kv_split_backward));
 
 // The opened library and its table; the library stays open while a Backend refers to it.
 struct Library {
@@ -116,7 +113,7 @@ struct Library {
 // Run `call` through `entry`: Unsupported when the plugin declines it or lacks the op, Error
 // (with the plugin's own message) when the call fails.
 void run(const Library& lib, int (*entry)(const mlarope_call*), const mlarope_call& call) {
-  const std::string what = std::string(op_name(call.op)) + (call.in_place ? " in place" : "");
+  const std::string what = std::string(to_string(static_cast<Op>(call.op))) + (call.in_place ? " in place" : "");
   if (entry == nullptr) throw Unsupported(what + " is not provided by plugin " + lib.table->name);
   const char* reason = nullptr;
   if (lib.table->supports && lib.table->supports(&call, &reason) == 0)

@@ -52,12 +52,6 @@ int status_exit(DeviceStatus status) {
   return kExitDeviceStatus;
 }
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + ")";
-}
-
 // One line describing a case: op, layout, dtypes, flags.
 std::string describe(const Case& c) {
   const CaseConfig& k = c.config;
@@ -347,9 +341,11 @@ struct FuzzCommandOptions {
 };
 
 Op parse_op_name(const std::string& name) {
-  for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
-    if (to_string(op) == name) return op;
-  throw Error("--ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
+  try {
+    return parse_op(name, "--ops");
+  } catch (const Error&) {
+    throw Error("--ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
+  }
 }
 
 int fuzz_command(FuzzCommandOptions o) {

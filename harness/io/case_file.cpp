@@ -17,37 +17,27 @@ using nlohmann::json;
 
 namespace {
 
-[[noreturn]] void fail(const std::string& message) { throw Error(message); }
-
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::ostringstream s;
-  s << "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << ")";
-  return s.str();
-}
-
 const json& require(const json& j, const char* key, const std::string& where) {
-  if (!j.contains(key)) fail(where + ": missing key '" + key + "'");
+  if (!j.contains(key)) throw Error(where + ": missing key '" + key + "'");
   return j.at(key);
 }
 
 std::string get_string(const json& j, const char* key, const std::string& where) {
   const json& v = require(j, key, where);
-  if (!v.is_string()) fail(where + ": '" + key + "' must be a string, got " + v.dump());
+  if (!v.is_string()) throw Error(where + ": '" + key + "' must be a string, got " + v.dump());
   return v.get<std::string>();
 }
 
 std::int64_t get_int(const json& j, const char* key, const std::string& where,
                      std::int64_t fallback, bool required) {
   if (!j.contains(key)) {
-    if (required) fail(where + ": missing key '" + key + "'");
+    if (required) throw Error(where + ": missing key '" + key + "'");
     return fallback;
   }
   const json& v = j.at(key);
-  if (!v.is_number_integer()) fail(where + ": '" + key + "' must be an integer, got " + v.dump());
+  if (!v.is_number_integer()) throw Error(where + ": '" + key + "' must be an integer, got " + v.dump());
   if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
-    fail(where + ": '" + key + "' = " + v.dump() + " is beyond a 64-bit signed integer");
+    throw Error(where + ": '" + key + "' = " + v.dump() + " is beyond a 64-bit signed integer");
   return v.get<std::int64_t>();
 }
 
@@ -58,7 +48,7 @@ std::int64_t get_dim(const json& j, const char* key, const std::string& where, b
   try {
     check_dim(value, key);
   } catch (const Error& e) {
-    fail(where + ": " + e.what());
+    throw Error(where + ": " + e.what());
   }
   return value;
 }
@@ -66,16 +56,8 @@ std::int64_t get_dim(const json& j, const char* key, const std::string& where, b
 bool get_bool(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key)) return false;
   const json& v = j.at(key);
-  if (!v.is_boolean()) fail(where + ": '" + key + "' must be true or false, got " + v.dump());
+  if (!v.is_boolean()) throw Error(where + ": '" + key + "' must be true or false, got " + v.dump());
   return v.get<bool>();
-}
-
-Op parse_op(const std::string& s, const std::string& where) {
-  if (s == "rope") return Op::rope;
-  if (s == "rope_backward") return Op::rope_backward;
-  if (s == "kv_split") return Op::kv_split;
-  if (s == "kv_split_backward") return Op::kv_split_backward;
-  fail(where + ": op = '" + s + "': expected rope, rope_backward, kv_split or kv_split_backward");
 }
 
 template <class F>
@@ -83,7 +65,7 @@ auto with_where(const std::string& where, F&& f) {
   try {
     return f();
   } catch (const Error& e) {
-    fail(where + ": " + e.what());
+    throw Error(where + ": " + e.what());
   }
 }
 
@@ -101,25 +83,25 @@ void check_array(const std::string& file, const std::string& name, const npy::Ar
   const bool index = name == "cu_seqlens" || name == "position_ids" || name == "seq_offsets";
   if (index) {
     if (a.dtype != npy::Dtype::i32 && a.dtype != npy::Dtype::i64)
-      fail(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) + ", expected <i4 or <i8");
+      throw Error(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) + ", expected <i4 or <i8");
   } else {
     const DType want = table ? c.table_dtype : c.dtype;
     if (a.dtype != storage_dtype(want))
-      fail(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) + ", but case.json says " +
+      throw Error(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) + ", but case.json says " +
            (table ? "table_dtype " : "dtype ") + std::string(to_string(want)) + " (stored as " +
            std::string(npy::dtype_descr(storage_dtype(want))) + ")");
   }
   const int rank = static_cast<int>(a.shape.size());
   if (table) {
     if (rank != 2 && rank != 4)
-      fail(file + ": shape " + shape_string(a.shape) + ", expected (R, emb_dim) or (R, 1, 1, emb_dim)");
+      throw Error(file + ": shape " + shape_string(a.shape) + ", expected (R, emb_dim) or (R, 1, 1, emb_dim)");
     if (a.shape.back() != c.emb_dim)
-      fail(file + ": shape " + shape_string(a.shape) + " does not match emb_dim = " +
+      throw Error(file + ": shape " + shape_string(a.shape) + " does not match emb_dim = " +
            std::to_string(c.emb_dim) + " from case.json");
     return;
   }
   if (rank != expected_rank(name, c.layout))
-    fail(file + ": shape " + shape_string(a.shape) + " has rank " + std::to_string(rank) +
+    throw Error(file + ": shape " + shape_string(a.shape) + " has rank " + std::to_string(rank) +
          ", expected " + std::to_string(expected_rank(name, c.layout)) + " for layout " +
          std::string(to_string(c.layout)));
   std::int64_t last = -1;
@@ -130,21 +112,11 @@ void check_array(const std::string& file, const std::string& name, const npy::Ar
   if (name == "grad_key") last = c.k_dim + c.emb_dim, formula = "k_dim + emb_dim";
   if (name == "grad_value") last = c.v_dim, formula = "v_dim";
   if (last >= 0 && a.shape.back() != last)
-    fail(file + ": shape " + shape_string(a.shape) + ": last dim " + std::to_string(a.shape.back()) +
+    throw Error(file + ": shape " + shape_string(a.shape) + ": last dim " + std::to_string(a.shape.back()) +
          " does not match " + formula + " = " + std::to_string(last) + " from case.json");
 }
 
 }  // namespace
-
-std::string_view to_string(Op op) {
-  switch (op) {
-    case Op::rope: return "rope";
-    case Op::rope_backward: return "rope_backward";
-    case Op::kv_split: return "kv_split";
-    case Op::kv_split_backward: return "kv_split_backward";
-  }
-  return "?";
-}
 
 npy::Dtype storage_dtype(DType dtype) {
   switch (dtype) {
@@ -181,7 +153,7 @@ void reject_unknown_keys(const json& object, const std::vector<std::string>& kno
       const std::size_t distance = edit_distance(key, k);
       if (distance < best) best = distance, nearest = k;
     }
-    fail(where + ": unknown " + what + " '" + key + "'" +
+    throw Error(where + ": unknown " + what + " '" + key + "'" +
          (nearest.empty() ? std::string(" (not one of docs/semantics.md §7)") : " (did you mean '" + nearest + "'?)"));
   }
 }
@@ -206,15 +178,15 @@ YarnTable parse_yarn(const json& j, const std::string& where) {
   static const std::vector<std::string> keys = {
       "rows", "offset", "rotary_base", "scaling_factor", "original_max_position_embeddings", "beta_fast",
       "beta_slow", "mscale", "mscale_all_dim", "concentration"};
-  if (!j.is_object()) fail(where + ": 'yarn' must be an object of YaRN parameters");
+  if (!j.is_object()) throw Error(where + ": 'yarn' must be an object of YaRN parameters");
   reject_unknown_keys(j, keys, where + ": yarn", "key");
   YarnTable y;
   y.rows = get_dim(j, "rows", where + ": yarn", true);
   y.offset = get_int(j, "offset", where + ": yarn", 0, false);
-  if (y.rows < 0 || y.offset < 0) fail(where + ": yarn: rows and offset must be >= 0");
+  if (y.rows < 0 || y.offset < 0) throw Error(where + ": yarn: rows and offset must be >= 0");
   auto number = [&](const char* key, double& into) {
     if (!j.contains(key)) return;
-    if (!j.at(key).is_number()) fail(where + ": yarn." + key + " must be a number, got " + j.at(key).dump());
+    if (!j.at(key).is_number()) throw Error(where + ": yarn." + key + " must be a number, got " + j.at(key).dump());
     into = j.at(key).get<double>();
   };
   YarnParams& p = y.params;
@@ -248,10 +220,10 @@ std::pair<npy::Array, npy::Array> yarn_arrays(const YarnTable& y, std::int64_t e
 }
 
 CaseConfig parse_config(const json& j, const std::string& where) {
-  if (!j.is_object()) fail(where + ": expected a JSON object");
+  if (!j.is_object()) throw Error(where + ": expected a JSON object");
   reject_unknown_keys(j, case_keys(), where, "key");
   CaseConfig c;
-  c.op = parse_op(get_string(j, "op", where), where);
+  c.op = parse_op(get_string(j, "op", where), where + ": op");
   with_where(where, [&] {
     c.layout = parse_token_layout(get_string(j, "layout", where), "layout");
     c.dtype = parse_dtype(get_string(j, "dtype", where), "dtype");
@@ -269,22 +241,22 @@ CaseConfig parse_config(const json& j, const std::string& where) {
   c.v_dim = get_dim(j, "v_dim", where, !rope);
   c.inverse = get_bool(j, "inverse", where);
   c.in_place = get_bool(j, "in_place", where);
-  if (c.in_place && !rope) fail(where + ": in_place = true, but " + std::string(to_string(c.op)) + " has no in-place form");
+  if (c.in_place && !rope) throw Error(where + ": in_place = true, but " + std::string(to_string(c.op)) + " has no in-place form");
   c.cp_size = get_int(j, "cp_size", where, 1, false);
   c.cp_rank = get_int(j, "cp_rank", where, 0, false);
   c.max_seqlen = get_int(j, "max_seqlen", where, 0, false);
   const json& inputs = require(j, "inputs", where);
-  if (!inputs.is_object()) fail(where + ": 'inputs' must be an object of name -> file");
+  if (!inputs.is_object()) throw Error(where + ": 'inputs' must be an object of name -> file");
   reject_unknown_keys(inputs, input_names(), where, "input");
   for (const auto& [name, file] : inputs.items()) {
-    if (!file.is_string()) fail(where + ": inputs." + name + " must be a file name");
+    if (!file.is_string()) throw Error(where + ": inputs." + name + " must be a file name");
     c.inputs[name] = file.get<std::string>();
   }
   if (j.contains("yarn")) {
     c.yarn = parse_yarn(j.at("yarn"), where);
     for (const char* table : {"cos", "sin"})
       if (c.inputs.count(table))
-        fail(where + ": inputs." + table + " and yarn both given: a case ships its tables or names them, not both");
+        throw Error(where + ": inputs." + table + " and yarn both given: a case ships its tables or names them, not both");
   }
   return c;
 }
@@ -344,12 +316,12 @@ Case read_case(const fs::path& dir) {
   const fs::path json_path = dir / "case.json";
   const std::string where = json_path.string();
   std::ifstream in(json_path);
-  if (!in) fail(where + ": cannot open (is " + dir.string() + " a case directory?)");
+  if (!in) throw Error(where + ": cannot open (is " + dir.string() + " a case directory?)");
   json j;
   try {
     j = json::parse(in);
   } catch (const json::exception& e) {
-    fail(where + ": not valid JSON: " + e.what());
+    throw Error(where + ": not valid JSON: " + e.what());
   }
   Case c;
   c.config = parse_config(j, where);
@@ -365,7 +337,7 @@ Case read_case(const fs::path& dir) {
   for (const std::string& name : required_inputs(c.config))
     if (c.config.yarn && (name == "cos" || name == "sin")) continue;
     else if (!c.config.inputs.count(name))
-      fail(where + ": inputs has no '" + name + "', which " + std::string(to_string(c.config.op)) +
+      throw Error(where + ": inputs has no '" + name + "', which " + std::string(to_string(c.config.op)) +
            (name == "cu_seqlens" ? " on THD" : "") + " needs");
   static const char* optional[] = {"position_ids", "seq_offsets"};
   std::vector<std::string> names = required_inputs(c.config);
@@ -378,7 +350,7 @@ Case read_case(const fs::path& dir) {
     try {
       a = npy::read(file);
     } catch (const npy::Error& e) {
-      fail(e.what());
+      throw Error(e.what());
     }
     check_array(file.string(), name, a, c.config);
     c.arrays[name] = std::move(a);
@@ -400,18 +372,18 @@ void write_case(const fs::path& dir, const Case& c) {
     if (!config.inputs.count(name) && !named(name)) config.inputs[name] = name + ".npy";
   std::ofstream out(dir / "case.json");
   out << to_json(config).dump(1) << "\n";
-  if (!out) fail((dir / "case.json").string() + ": cannot write");
+  if (!out) throw Error((dir / "case.json").string() + ": cannot write");
 }
 
 void write_outputs(const fs::path& dir, const CaseOutputs& outputs) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) fail(dir.string() + ": cannot create output directory: " + ec.message());
+  if (ec) throw Error(dir.string() + ": cannot create output directory: " + ec.message());
   for (const auto& [name, array] : outputs.arrays) {
     try {
       npy::write(dir / (name + ".npy"), array);
     } catch (const npy::Error& e) {
-      fail(e.what());
+      throw Error(e.what());
     }
   }
 }

@@ -14,12 +14,6 @@
 
 namespace mlarope::harness {
 
-/// The four operations a case file can hold.
-enum class Op { rope, rope_backward, kv_split, kv_split_backward };
-
-/// The spelling of an op (docs/semantics.md §7).
-std::string_view to_string(Op op);
-
 /// A YaRN table named in case.json ("yarn": {...}) instead of shipped as cos.npy/sin.npy: rows
 /// are positions offset .. offset + rows - 1, made by the reference in table_dtype and
 /// table_layout when the case is read.

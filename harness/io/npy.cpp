@@ -12,6 +12,8 @@
 #include <system_error>
 #include <utility>
 
+#include "mlarope/types.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "mlarope::npy assumes a little-endian host"
 #endif
@@ -35,10 +37,6 @@ struct DtypeInfo {
 constexpr std::array<DtypeInfo, 6> kDtypes = {
     {{"<f2", 2}, {"<f4", 4}, {"<f8", 8}, {"<u2", 2}, {"<i4", 4}, {"<i8", 8}}};
 
-[[noreturn]] void fail(const std::string& name, const std::string& reason) {
-  throw Error(name + ": " + reason);
-}
-
 const DtypeInfo& info(Dtype dtype) {
   const auto index = static_cast<std::size_t>(dtype);
   if (index >= kDtypes.size()) throw Error("invalid Dtype value " + std::to_string(index));
@@ -55,7 +53,8 @@ std::string printable(std::string_view text) {
 }
 
 /// The Python repr of a shape tuple: (), (4,), (2, 3).
-std::string shape_string(const std::vector<int64_t>& shape) {
+// The shape as the .npy header writes it: a Python tuple, "(2, 3)", "(5,)", "()".
+std::string python_tuple(const std::vector<int64_t>& shape) {
   std::string result = "(";
   for (std::size_t index = 0; index < shape.size(); ++index) {
     if (index > 0) result += ", ";
@@ -84,10 +83,10 @@ std::optional<int64_t> element_count(const std::vector<int64_t>& shape) {
 std::size_t checked_byte_count(Dtype dtype, const std::vector<int64_t>& shape,
                                const std::string& name) {
   const std::optional<int64_t> count = element_count(shape);
-  if (!count) fail(name, "invalid shape " + shape_string(shape) + " (negative or overflowing)");
+  if (!count) throw Error(name + ": invalid shape " + shape_string(shape) + " (negative or overflowing)");
   const auto item_size = static_cast<int64_t>(dtype_size(dtype));
   if (*count > std::numeric_limits<int64_t>::max() / item_size) {
-    fail(name, "shape " + shape_string(shape) + " is too large");
+    throw Error(name + ": shape " + shape_string(shape) + " is too large");
   }
   return static_cast<std::size_t>(*count * item_size);
 }
@@ -125,7 +124,7 @@ class HeaderParser {
     const std::string where = position_ < text_.size()
                                   ? "at byte " + std::to_string(file_offset_ + position_)
                                   : "at the end of the header";
-    fail(name_, "malformed header: " + what + " " + where);
+    throw Error(name_ + ": malformed header: " + what + " " + where);
   }
 
   char peek() const { return position_ < text_.size() ? text_[position_] : '\0'; }
@@ -242,26 +241,26 @@ struct Preamble {
 
 /// Checks the magic and version and decodes the header length.
 Preamble parse_preamble(std::string_view bytes, const std::string& name) {
-  if (bytes.empty()) fail(name, "file is empty (not a .npy file)");
-  if (bytes.substr(0, kMagic.size()) != kMagic) fail(name, "bad magic (not a .npy file)");
-  if (bytes.size() < kMagic.size() + 2) fail(name, "truncated header: no version bytes");
+  if (bytes.empty()) throw Error(name + ": file is empty (not a .npy file)");
+  if (bytes.substr(0, kMagic.size()) != kMagic) throw Error(name + ": bad magic (not a .npy file)");
+  if (bytes.size() < kMagic.size() + 2) throw Error(name + ": truncated header: no version bytes");
   const auto major = static_cast<unsigned char>(bytes[6]);
   const auto minor = static_cast<unsigned char>(bytes[7]);
   if ((major != 1 && major != 2) || minor != 0) {
-    fail(name, "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
+    throw Error(name + ": unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
                    " (expected 1.0 or 2.0)");
   }
   const std::size_t length_size = major == 1 ? 2 : 4;
   Preamble preamble;
   preamble.header_start = 8 + length_size;
-  if (bytes.size() < preamble.header_start) fail(name, "truncated header: no header length");
+  if (bytes.size() < preamble.header_start) throw Error(name + ": truncated header: no header length");
   for (std::size_t index = 0; index < length_size; ++index) {
     const auto byte = static_cast<unsigned char>(bytes[8 + index]);
     preamble.header_length |= static_cast<std::size_t>(byte) << (8 * index);
   }
   const std::size_t available = bytes.size() - preamble.header_start;
   if (available < preamble.header_length) {
-    fail(name, "truncated header: header length is " + std::to_string(preamble.header_length) +
+    throw Error(name + ": truncated header: header length is " + std::to_string(preamble.header_length) +
                    " bytes, file has " + std::to_string(available) + " after the preamble");
   }
   return preamble;
@@ -274,9 +273,9 @@ Dtype dtype_from_descr(const std::string& descr, const std::string& name) {
     expected += (expected.empty() ? "" : " ") + std::string(kDtypes[index].descr);
   }
   if (!descr.empty() && descr[0] == '>') {
-    fail(name, "big-endian dtype '" + printable(descr) + "' is not supported (only '<')");
+    throw Error(name + ": big-endian dtype '" + printable(descr) + "' is not supported (only '<')");
   }
-  fail(name, "unsupported dtype '" + printable(descr) + "' (expected one of " + expected + ")");
+  throw Error(name + ": unsupported dtype '" + printable(descr) + "' (expected one of " + expected + ")");
 }
 
 /// Checks a parsed header for completeness and support; returns an empty array of its type.
@@ -284,11 +283,11 @@ Array array_from_header(const Header& header, const std::string& name) {
   for (const auto& [present, key] : {std::pair{header.descr.has_value(), "descr"},
                                      std::pair{header.fortran_order.has_value(), "fortran_order"},
                                      std::pair{header.shape.has_value(), "shape"}}) {
-    if (!present) fail(name, std::string("malformed header: missing '") + key + "'");
+    if (!present) throw Error(name + ": " + std::string("malformed header: missing '") + key + "'");
   }
   Array array;
   array.dtype = dtype_from_descr(*header.descr, name);
-  if (*header.fortran_order) fail(name, "fortran_order arrays are not supported");
+  if (*header.fortran_order) throw Error(name + ": fortran_order arrays are not supported");
   array.shape = *header.shape;
   return array;
 }
@@ -296,7 +295,7 @@ Array array_from_header(const Header& header, const std::string& name) {
 /// The header text numpy writes: dict, growth spaces, padding to kArrayAlign, newline.
 std::string header_text(const Array& array) {
   std::string header = "{'descr': '" + std::string(dtype_descr(array.dtype)) +
-                       "', 'fortran_order': False, 'shape': " + shape_string(array.shape) + ", }";
+                       "', 'fortran_order': False, 'shape': " + python_tuple(array.shape) + ", }";
   if (!array.shape.empty()) {
     header.append(kGrowthAxisMaxDigits - std::to_string(array.shape[0]).size(), ' ');
   }
@@ -308,12 +307,12 @@ std::string header_text(const Array& array) {
 std::string serialize_named(const Array& array, const std::string& name) {
   const std::size_t byte_count = checked_byte_count(array.dtype, array.shape, name);
   if (array.bytes.size() != byte_count) {
-    fail(name, "array has " + std::to_string(array.bytes.size()) + " bytes, but shape " +
+    throw Error(name + ": array has " + std::to_string(array.bytes.size()) + " bytes, but shape " +
                    shape_string(array.shape) + " of " + std::string(dtype_descr(array.dtype)) +
                    " needs " + std::to_string(byte_count));
   }
   const std::string header = header_text(array);
-  if (header.size() > 0xffff) fail(name, "header too long for format version 1.0");
+  if (header.size() > 0xffff) throw Error(name + ": header too long for format version 1.0");
   std::string result(kMagic);
   result += {'\x01', '\x00', static_cast<char>(header.size() & 0xff),
              static_cast<char>(header.size() >> 8)};
@@ -329,13 +328,13 @@ using FilePointer = std::unique_ptr<std::FILE, FileCloser>;
 
 std::string read_file(const fs::path& path, const std::string& name) {
   FilePointer file(std::fopen(path.c_str(), "rb"));
-  if (!file) fail(name, std::string("cannot open: ") + std::strerror(errno));
+  if (!file) throw Error(name + ": " + std::string("cannot open: ") + std::strerror(errno));
   std::string contents;
   std::array<char, 1 << 16> chunk;
   while (const std::size_t count = std::fread(chunk.data(), 1, chunk.size(), file.get())) {
     contents.append(chunk.data(), count);
   }
-  if (std::ferror(file.get())) fail(name, std::string("cannot read: ") + std::strerror(errno));
+  if (std::ferror(file.get())) throw Error(name + ": " + std::string("cannot read: ") + std::strerror(errno));
   return contents;
 }
 
@@ -350,7 +349,7 @@ fs::path temporary_path_for(const fs::path& path) {
 void write_new_file(const fs::path& path, const std::string& contents, const std::string& name) {
   std::FILE* file = std::fopen(path.c_str(), "wbx");
   if (!file) {
-    fail(name, std::string("cannot create temporary file '") + path.string() +
+    throw Error(name + ": " + std::string("cannot create temporary file '") + path.string() +
                    "': " + std::strerror(errno));
   }
   const bool written = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
@@ -359,7 +358,7 @@ void write_new_file(const fs::path& path, const std::string& contents, const std
     const int error = written ? errno : write_error;
     std::error_code ignored;
     fs::remove(path, ignored);
-    fail(name, std::string("cannot write: ") + std::strerror(error));
+    throw Error(name + ": " + std::string("cannot write: ") + std::strerror(error));
   }
 }
 
@@ -380,12 +379,12 @@ Array parse(std::string_view bytes, const std::string& name_for_errors) {
   const std::size_t data_start = preamble.header_start + preamble.header_length;
   const std::size_t available = bytes.size() - data_start;
   if (available < needed) {
-    fail(name, "truncated data: header says " + std::to_string(array.size()) + " elements of " +
+    throw Error(name + ": truncated data: header says " + std::to_string(array.size()) + " elements of " +
                    std::to_string(dtype_size(array.dtype)) + " bytes (" + std::to_string(needed) +
                    " bytes), file has " + std::to_string(available));
   }
   if (available > needed) {
-    fail(name, std::to_string(available - needed) + " trailing bytes after data");
+    throw Error(name + ": " + std::to_string(available - needed) + " trailing bytes after data");
   }
   const auto* data = reinterpret_cast<const std::byte*>(bytes.data() + data_start);
   array.bytes.assign(data, data + needed);
@@ -409,7 +408,7 @@ void write(const std::filesystem::path& path, const Array& array) {
   if (error) {
     std::error_code ignored;
     fs::remove(temporary, ignored);
-    fail(name, "cannot rename temporary file into place: " + error.message());
+    throw Error(name + ": cannot rename temporary file into place: " + error.message());
   }
 }
 

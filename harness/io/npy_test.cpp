@@ -95,7 +95,7 @@ TEST(NpyMake, ZeroFilledWithSizes) {
 TEST(NpyMake, RejectsNegativeAndOverflowingShapes) {
   EXPECT_NE(error_message([] {
               npy::make(npy::Dtype::f32, {2, -1});
-            }).find("invalid shape (2, -1)"),
+            }).find("invalid shape [2, -1]"),
             std::string::npos);
   EXPECT_NE(error_message([] {
               npy::make(npy::Dtype::f32, {1LL << 40, 1LL << 40});
@@ -150,7 +150,7 @@ TEST(NpySerialize, RejectsInconsistentByteCount) {
   npy::Array array = npy::make(npy::Dtype::i32, {2, 3});
   array.bytes.resize(10);
   EXPECT_EQ(error_message([&] { npy::serialize(array); }),
-            "serialize: array has 10 bytes, but shape (2, 3) of <i4 needs 24");
+            "serialize: array has 10 bytes, but shape [2, 3] of <i4 needs 24");
 }
 
 TEST(NpyParse, Version2Header) {
@@ -188,7 +188,7 @@ TEST(NpyParse, MalformedHeaders) {
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }",
        "dimension overflows"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
-       "invalid shape (4294967296, 4294967296)"},
+       "invalid shape [4294967296, 4294967296]"},
       {"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (), }",
        "duplicate key 'descr'"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (), 'extra': 1}",

@@ -49,6 +49,12 @@ struct RowShape {
 DeviceStatus check_device_metadata(const Positions& positions, RowShape rows,
                                    std::int64_t table_rows);
 
+/// cp_pos(lp): the position, in the sequence before context-parallel splitting, of local
+/// position lp of a local sequence of `length` rows on rank cp_rank of cp_size
+/// (docs/semantics.md §2). Validation and the reference share it; the kernels compute their own
+/// (cuda/kernels/freq_row.h), so that a mistake here cannot hide in them too.
+std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size, std::int64_t cp_rank);
+
 /// The cu_seqlens part of check_device_metadata: bad bits when any sequence length is negative
 /// or (cp_size > 1) not divisible by 2 * cp_size, or the local lengths add up to more than
 /// `rows` (= T). When this is not kStatusOk every row of the call passes through.

@@ -21,7 +21,6 @@
 
 namespace py = pybind11;
 using namespace mlarope;
-using harness::Op;
 
 namespace {
 
@@ -266,22 +265,13 @@ std::shared_ptr<py::object> hold(py::object o) {
   });
 }
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::rope: return "rope";
-    case Op::rope_backward: return "rope_backward";
-    case Op::kv_split: return "kv_split";
-    default: return "kv_split_backward";
-  }
-}
-
 // The Python call object: a types.SimpleNamespace of the call's fields, its tensors NumPy
 // views of the harness's buffers (inputs read-only).
 py::object call_object(Op op, bool in_place, std::vector<py::array> inputs, std::vector<py::array> outputs,
                        std::int64_t nope_dim, std::int64_t emb_dim, std::int64_t k_dim, std::int64_t v_dim,
                        const Rotation& r, const Positions& p, DeviceStatus* status, DType dtype) {
   py::dict d;
-  d["op"] = op_name(op);
+  d["op"] = std::string(to_string(op));
   d["in_place"] = in_place;
   d["inputs"] = inputs;
   d["outputs"] = outputs;
@@ -383,7 +373,7 @@ harness::Backend python_backend(std::shared_ptr<py::object> b, const std::string
 
 Op parse_op(const std::string& name) {
   for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
-    if (name == op_name(op)) return op;
+    if (name == to_string(op)) return op;
   throw Error("ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
 }
 
