@@ -5,7 +5,7 @@
 #include <cstring>
 #include <random>
 
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 
 namespace mlarope::bench {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "mlarope/backend.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "command_line.h"
 #include "shapes.h"
 

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "reference.h"
 
 using namespace mlarope;

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "mlarope/error.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "reference.h"
 
 namespace mlarope::props {

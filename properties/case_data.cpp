@@ -9,7 +9,7 @@
 #include "backends/case_run.h"
 #include "checks/strided_call.h"
 #include "case_spec.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "positions.h"
 #include "reference.h"
 #include "rng.h"

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "backends/case_run.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "positions.h"
 #include "property_support.h"
 #include "checks/strided_call.h"

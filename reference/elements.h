@@ -6,7 +6,7 @@
 #include <functional>
 #include <type_traits>
 
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "mlarope/tensor.h"
 
 namespace mlarope::reference {

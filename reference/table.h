@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "mlarope/ops.h"
 
 namespace mlarope::reference {

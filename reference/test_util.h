@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "rng.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "mlarope/megatron.h"
 #include "mlarope/ops.h"
 #include "mlarope/tensor.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "mlarope/validate.h"
 #include "reference.h"
 

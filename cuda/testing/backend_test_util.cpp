@@ -6,7 +6,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 
 namespace mlarope::test {
 

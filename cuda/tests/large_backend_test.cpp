@@ -12,7 +12,7 @@
 
 #include "device/cuda_backend.h"
 #include "testing/backend_cases.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "reference.h"
 
 namespace mlarope::test {

@@ -14,7 +14,7 @@
 #include "kernels/host_simd.h"
 #include "kernels/segment_copy.h"
 #include "launch/footprint.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 
 namespace mlarope::kernels {
 namespace {

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "compare.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "testing/faulty_host_stream.h"
 
 using namespace mlarope;

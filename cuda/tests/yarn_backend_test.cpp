@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "testing/backend_cases.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "reference.h"
 
 namespace mlarope::test {

@@ -28,7 +28,7 @@
 #include "backends/case_run.h"
 #include "mlarope/backend.h"
 #include "mlarope/error.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "mlarope/megatron.h"
 #include "mlarope/ops.h"
 #include "mlarope/validate.h"

@@ -6,7 +6,7 @@
 
 #include "checks/check_context.h"
 #include "mlarope/error.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 
 namespace mlarope::harness {
 namespace detail {

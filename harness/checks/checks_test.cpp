@@ -12,7 +12,7 @@
 #include "checks/checks.h"
 #include "checks/compare.h"
 #include "mlarope/error.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "reference.h"
 #include "checks/strided_call.h"
 

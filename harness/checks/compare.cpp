@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 
 namespace mlarope::harness {
 

@@ -7,7 +7,7 @@
 
 #include "backends/case_run.h"
 #include "checks/compare.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "positions.h"
 
 namespace mlarope::harness {

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "backends/case_run.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "checks/tolerance.h"
 
 using namespace mlarope;

@@ -12,7 +12,7 @@
 #include "checks/compare.h"
 #include "io/case_file.h"
 #include "mlarope/error.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 #include "mlarope/validate.h"
 #include "reference.h"
 

@@ -7,7 +7,7 @@
 #include "io/case_file.h"
 #include "backends/case_run.h"
 #include "mlarope/error.h"
-#include "mlarope/host_convert.h"
+#include "host_convert.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;
