@@ -6,7 +6,8 @@
 #       of them, and nothing else, is reported (the check can fail)
 #
 # A production source of a folder below may include, with quotes, only headers under the
-# folders listed for it ("kernels/..." is cuda/kernels, "io/..." is harness/io), the public API
+# folders listed for it ("kernels/..." is cuda/kernels, "io/..." is harness/io, "fuzz/..." is
+# fuzz/), the public API
 # ("mlarope/..."), and other top-level modules' headers (a name without a folder, such as
 # "reference.h"), except in cuda/kernels, which sees only itself, the two plain-type headers of
 # the API and a few standard headers. Tests (*_test.cpp, *_util.h, cuda/tests, cuda/testing)
@@ -22,10 +23,12 @@ set(rule_cuda "kernels;launch;host;device")
 set(rule_harness/io "io")
 set(rule_harness/backends "io;backends")
 set(rule_harness/checks "io;backends;checks")
-set(rule_harness/fuzz "io;backends;checks;fuzz")
-set(rule_harness/cli "io;backends;checks;fuzz;cli")
+set(rule_fuzz "io;backends;checks;fuzz")
+set(rule_cli "io;backends;checks;fuzz;cli")
 set(checked_folders cuda/kernels cuda/launch cuda/host cuda/device cuda harness/io
-                    harness/backends harness/checks harness/fuzz harness/cli)
+                    harness/backends harness/checks fuzz cli)
+# Sources built only into test binaries (they link the faulty kernel build of cuda/testing).
+set(test_support_files fuzz/broken_kernels.h fuzz/broken_kernels.cpp)
 # What a kernel header may include besides cuda/kernels: plain types of the API, and standard
 # headers that compile for the device (emmintrin.h only under a host-compiler guard).
 set(kernel_api_headers "mlarope/types.h;mlarope/status.h")
@@ -74,7 +77,7 @@ function(check_tree root out)
     file(GLOB files RELATIVE "${root}/${folder}" "${root}/${folder}/*.h" "${root}/${folder}/*.cpp"
          "${root}/${folder}/*.cu" "${root}/${folder}/*.cuh")
     foreach(file IN LISTS files)
-      if(file MATCHES "_test\\.cpp$" OR file MATCHES "_util\\.h$")
+      if(file MATCHES "_test\\.cpp$" OR file MATCHES "_util\\.h$" OR "${folder}/${file}" IN_LIST test_support_files)
         continue()
       endif()
       check_file("${root}" "${folder}" "${file}" found)
@@ -99,12 +102,14 @@ if(SELF_TEST)
        "#include <cstdint>\n#include \"kernels/grid.h\"\n#include \"mlarope/types.h\"\n")
   file(WRITE "${fixture}/cuda/fine.cpp" "#include \"host/host_stream.h\"\n#include <vector>\n")
   file(WRITE "${fixture}/harness/checks/fine_test.cpp" "#include \"cli/anything.h\"\n")
-  file(WRITE "${fixture}/harness/fuzz/fine.cpp"
-       "#include \"checks/checks.h\"\n#include \"generators.h\"\n")
+  file(WRITE "${fixture}/fuzz/sees_cli.cpp" "#include \"cli/commands.h\"\n")
+  file(WRITE "${fixture}/fuzz/fine.cpp"
+       "#include \"checks/checks.h\"\n#include \"fuzz/generators.h\"\n")
+  file(WRITE "${fixture}/cli/fine.cpp" "#include \"fuzz/fuzz.h\"\n#include \"checks/checks.h\"\n")
   check_tree("${fixture}" found)
   set(expected cuda/kernels/sees_host.h cuda/kernels/sees_vector.h cuda/kernels/sees_reference.h
                cuda/kernels/sees_api.h cuda/host/sees_testing.cpp cuda/launch/sees_host.h
-               cuda/device/sees_host.cpp harness/checks/sees_fuzz.cpp)
+               cuda/device/sees_host.cpp harness/checks/sees_fuzz.cpp fuzz/sees_cli.cpp)
   list(LENGTH found reported)
   list(LENGTH expected wanted)
   foreach(file IN LISTS expected)
@@ -129,4 +134,4 @@ if(found)
   string(REPLACE ";" "\n  " found "${found}")
   message(FATAL_ERROR "include rules (docs/architecture.md): ${count} violation(s)\n  ${found}")
 endif()
-message(STATUS "include rules: every production source of cuda/ and harness/ keeps them")
+message(STATUS "include rules: every production source of cuda/, harness/, fuzz/ and cli/ keeps them")

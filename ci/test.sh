@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 SECONDS=0
 trap 'echo "test: finished after ${SECONDS} s"' EXIT
 bash ci/setup.sh
-bash ci/build.sh
+bash ci/build.sh -DMLAROPE_WERROR=ON  # warnings fail the job (MLAROPE_WERROR)
 junit=$PWD/out/junit
 rm -rf "$junit" && mkdir -p "$junit"
 # CTest over BUILD_DIR, its JUnit report kept as out/junit/NAME.xml (made valid for the Jenkins

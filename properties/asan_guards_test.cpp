@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "broken_kernels.h"
+#include "fuzz/broken_kernels.h"
 #include "checks/asan_guards.h"
 #include "checks/strided_call.h"
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "broken_backends.h"
+#include "fuzz/broken_backends.h"
 #include "backends/case_run.h"
-#include "failure.h"
+#include "fuzz/failure.h"
 #include "mlarope/error.h"
 
 namespace mlarope::props {

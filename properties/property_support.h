@@ -12,9 +12,9 @@
 #include <sstream>
 #include <string>
 
-#include "case_spec.h"
+#include "fuzz/case_spec.h"
 #include "checks/checks.h"
-#include "generators.h"
+#include "fuzz/generators.h"
 
 namespace mlarope::props {
 

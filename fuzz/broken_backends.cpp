@@ -1,5 +1,5 @@
 // The reference, wrapped to be wrong in one way each.
-#include "broken_backends.h"
+#include "fuzz/broken_backends.h"
 
 #include <cstring>
 #include <ostream>

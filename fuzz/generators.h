@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "case_spec.h"
+#include "fuzz/case_spec.h"
 #include "checks/yarn_check.h"
 #include "mlarope/megatron.h"
 

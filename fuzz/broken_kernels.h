@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "broken_backends.h"
+#include "fuzz/broken_backends.h"
 #include "testing/kernel_faults.h"
 
 namespace mlarope::props {

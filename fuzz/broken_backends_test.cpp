@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <random>
 
-#include "broken_backends.h"
+#include "fuzz/broken_backends.h"
 #include "checks/asan_guards.h"
-#include "failure.h"
+#include "fuzz/failure.h"
 #include "mlarope/error.h"
 #include "property_support.h"
 

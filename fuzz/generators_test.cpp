@@ -12,7 +12,7 @@
 #include "backends/case_run.h"
 #include "checks/compare.h"
 #include "mlarope/error.h"
-#include "generators.h"
+#include "fuzz/generators.h"
 #include "property_support.h"
 
 using namespace mlarope;

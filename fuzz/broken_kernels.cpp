@@ -1,5 +1,5 @@
 // The kernel-level broken variants as broken backends (see broken_kernels.h).
-#include "broken_kernels.h"
+#include "fuzz/broken_kernels.h"
 
 #include <memory>
 #include <string>

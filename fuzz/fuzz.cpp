@@ -11,11 +11,11 @@
 #include <ostream>
 #include <thread>
 
-#include "broken_backends.h"
+#include "fuzz/broken_backends.h"
 #include "backends/case_run.h"
 #include "checks/yarn_check.h"
-#include "failure.h"
-#include "generators.h"
+#include "fuzz/failure.h"
+#include "fuzz/generators.h"
 #include "mlarope/error.h"
 
 namespace mlarope::harness {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "case_spec.h"
+#include "fuzz/case_spec.h"
 #include "checks/checks.h"
 #include "checks/yarn_check.h"
 

@@ -8,7 +8,7 @@
 
 #include "backends/case_run.h"
 #include "checks/strided_call.h"
-#include "case_spec.h"
+#include "fuzz/case_spec.h"
 #include "host_convert.h"
 #include "positions.h"
 #include "reference.h"

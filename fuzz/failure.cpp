@@ -1,4 +1,4 @@
-#include "failure.h"
+#include "fuzz/failure.h"
 
 #include <cstdlib>
 #include <fstream>

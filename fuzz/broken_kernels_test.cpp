@@ -7,7 +7,7 @@
 #include <iostream>
 #include <string>
 
-#include "broken_kernels.h"
+#include "fuzz/broken_kernels.h"
 #include "mlarope/error.h"
 #include "property_support.h"
 

@@ -1,4 +1,4 @@
-// The fuzzer behind `mlarope fuzz`: random cases (properties/generators.h) through every check
+// The fuzzer behind `mlarope fuzz`: random cases (fuzz/generators.h) through every check
 // until a time or case budget ends; counts, ulp histograms and failure directories in
 // DIR/fuzz.json and DIR/failures/, and a JUnit report (a test case per check) in DIR/junit.xml.
 #pragma once

@@ -12,8 +12,8 @@
 
 #include "io/case_file.h"
 #include "io/npy.h"
-#include "failure.h"
-#include "generators.h"
+#include "fuzz/failure.h"
+#include "fuzz/generators.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;

@@ -13,7 +13,7 @@
 
 #include "backends/case_run.h"
 #include "checks/checks.h"
-#include "generators.h"
+#include "fuzz/generators.h"
 
 namespace mlarope::props {
 

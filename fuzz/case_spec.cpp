@@ -1,5 +1,5 @@
 // CaseSpec: names, derived sizes, printing and JSON. materialize() is in case_data.cpp.
-#include "case_spec.h"
+#include "fuzz/case_spec.h"
 
 #include <algorithm>
 #include <numeric>

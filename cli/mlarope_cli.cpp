@@ -11,7 +11,7 @@
 #include <iomanip>
 #include <iostream>
 
-#include "broken_backends.h"
+#include "fuzz/broken_backends.h"
 #include "backends/case_run.h"
 #include "checks/checks.h"
 #include "checks/compare.h"
