@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Spellings of the enums of docs/semantics.md, the status word, and Megatron's flag mapping.
 #include <string>
 

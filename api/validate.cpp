@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/semantics.md §5: host-known rules, checked before anything is launched, and the device-metadata
 // rules applied to host copies. Every message names the argument, its value, what was expected.
 #include "mlarope/validate.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The calls the benchmarks time, on host buffers: one op at one benchmark shape, made once and
 // run many times (mlarope_bench), or once under the GPU model (the timing model's calibration).
 #pragma once

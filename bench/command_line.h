@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Flags of the benchmark binaries that Google Benchmark does not know: taken out of argv before
 // benchmark::Initialize sees it, so that it does not refuse them.
 #pragma once

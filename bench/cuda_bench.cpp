@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Google Benchmark of every op on the CUDA backend at the shapes of mlarope_bench, timed with
 // CUDA events on the stream the ops run on (the performance model of docs/architecture.md). Same names
 // (`op/cuda/shape_label`, and `op/copy_cuda/shape_label` for a device copy of the same bytes)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fits the timing model's fitted constants of a device profile (the latencies, the load
 // factor, the overheads, the density exponent, the phase tail, the shared-memory carveout) to
 // the measured calibration rows, minimising the largest relative error over the rows' times

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host backend against a plain copy of the same bytes, in the same run (bytes processed =
 // bytes read + bytes written):
 //   rope, out of place, bf16, SBHD S=4096 B=1 H=32 nope=128 emb=64, MLA mode, f32 tables;

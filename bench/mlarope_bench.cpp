@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Google Benchmark of every op on every host-memory backend (reference, host) at realistic
 // shapes, with the minimum traffic of each op, GB/s, and the fraction of the copy bandwidth
 // measured in the same run. `--full` runs the full set (T 1K..16K); the default is a smoke set.

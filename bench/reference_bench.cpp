@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Google Benchmark of the CPU reference at the shape: SBHD S=4096, B=1, H=32,
 // nope=128, emb=64, out-of-place rope in Megatron's MLA mode, bf16 and f32.
 #include <benchmark/benchmark.h>

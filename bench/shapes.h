@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Benchmark shapes and the minimum memory traffic of each op (the performance model of docs/architecture.md).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timing model's calibration data: the rows an H200 measured (cuda/host/devices/
 // h200.calibration.json), each with what the GPU model recorded of the kernel that was measured
 // (its "model" figures, recorded when the kernels were those of the measured commit: the model

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timing model (include/mlarope/timing.h) held to what an H200 measured: the 16 rows of
 // cuda/host/devices/h200.calibration.json (cuda_bench --graph, T = 1,024), each op run at its
 // full benchmark shape under the GPU model (a sample of its blocks), with the kernels' ptxas

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A change measured against its base in one run, on this machine: the benchmark gate.
 #
 #   ci/bench-compare.sh BASE_REF [OUT_DIR]        e.g. ci/bench-compare.sh HEAD~1

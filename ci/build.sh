@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Configure and build into BUILD_DIR (default: build). Extra arguments go to cmake.
 # MLAROPE_CUDA=AUTO builds the CUDA backend when nvcc is found (it compiles without a GPU).
 set -euo pipefail

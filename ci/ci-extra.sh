@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # After the tests: a short fuzz of every op, the benchmark smoke set, and the report (summary,
 # page, JUnit, Bencher's BMF and github-action-benchmark's JSON); prints the Markdown summary.
 # The benchmarks are reported, not gated: the gate is ci/bench-compare.sh, a base measured

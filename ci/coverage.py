@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Line and branch coverage of the kernel and launch code, merged over template instantiations.
 
 gcov counts each instantiation of a template apart: a branch that the f32 rope kernel never

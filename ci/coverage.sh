@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Line and branch coverage of the kernel and launch code (cuda/kernels, cuda/launch): builds
 # BUILD_DIR with -DMLAROPE_COVERAGE=ON (the targets of cuda/ at -O0 with gcov counts, no CUDA,
 # no benchmarks), runs its CTest (property tests at a quarter of their cases) and two fixed fuzz

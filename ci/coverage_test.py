@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Self-test of ci/coverage.py: the merging over instantiations, the exclusions and the gate,
 on hand-made gcov JSON (run by CTest as coverage_tool_selftest)."""
 import os

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The docs test (CTest `docs_commands`): every command in a ```sh block of README.md and
 docs/*.md is run, shortened where it would take minutes, or listed below as run elsewhere
 (with where) or as needing what this machine lacks (with why). A command that fails, or one

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The JUnit XML schema CI systems read, for the output-format test (ci/output_formats_test.py):
 # Jenkins' junit-10.xsd (MIT), as pytest's source distribution ships it
 # (testing/example_scripts/junit-10.xsd, against which pytest's own tests validate its JUnit

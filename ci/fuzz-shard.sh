@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A longer fuzz sharded over processes or machines: one seed, its case stream split by shard.
 #
 #   ci/fuzz-shard.sh [--shards N] [--seconds S] [--backend B] [--seed X] [--out DIR] [--build DIR]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The GPU check, for a machine with an NVIDIA GPU and the CUDA toolkit but no network and none
 # of our dependencies: they come from .gpu-deps (made here by ci/gpu-deps.sh and carried along).
 # Run `bash ci/gpu-check.sh --help` for the steps, options and environment variables.

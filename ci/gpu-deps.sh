@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run HERE (Debian bookworm, with its package mirror), before ci/gpu-check.sh goes to a GPU
 # machine that has the CUDA toolkit but no network and none of our dependencies. Makes the
 # git-ignored folder .gpu-deps, to be carried there (the device tool's carry: [".gpu-deps"]):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by ci/gpu-deps.sh and ci/gpu-check.sh: where the carried dependency prefix lives, and
 # the CMake arguments that make find_package look there and nowhere else.
 #   gpu_deps      .gpu-deps (git-ignored; made by ci/gpu-deps.sh, carried to the GPU machine)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by ci/gpu-check.sh: the step runner and the steps. A step is a function run in a
 # child bash under `timeout` (so one hang cannot eat the budget); its output is its log, and
 # it ends with one line that says what it found (the summary's last column).

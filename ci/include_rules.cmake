@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The include rules of docs/architecture.md, checked over the source tree (a CTest test).
 #
 #   cmake -DROOT=<repository> -P ci/include_rules.cmake     check the tree; lists each violation

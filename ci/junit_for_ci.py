@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """CTest's JUnit report (ctest --output-junit) made valid for the strictest reader CI has,
 the Jenkins xUnit schema (junit-10.xsd, which GitLab and GitHub test-report actions accept
 too): CTest 3.25 writes a lone <testsuite> without the required `errors` attribute, with a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job, the whole verification run: set up, build, run the bundled Megatron cases on
 # the reference and the optimized backends, fuzz every op on every available backend for about
 # a minute, run the benchmark smoke set, and write the report. Ends with the Markdown summary

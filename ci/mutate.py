@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Mutation testing of mlarope's kernel and launch sources.
 
 A mutant is one single-token change to a kernel or launch source: `+` for `-`, `<` for `<=`,

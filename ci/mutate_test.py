@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Self-test of ci/mutate.py and its package ci/mutation/ (CTest `mutate_tool_selftest`): site
 finding, the preprocessor and scanner corners, sampling, shards, the equivalent-mutant file,
 the kill-rate arithmetic, diffs, summaries, merges, one mutant's build-and-check step (with a

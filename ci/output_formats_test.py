@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The files CI systems and dashboards read, validated against their formats (CTest
 `output_formats`): the JUnit XML of CTest, `mlarope fuzz`, `mlarope report` and
 `mlarope compare` against Jenkins' junit-10.xsd (ci/fetch-junit-schema.sh); `bmf.json` against

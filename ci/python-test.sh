@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Python package as a user installs it: `pip install .` into a virtual environment over
 # Debian's Python (its NumPy and pytest; pybind11 from Debian, scikit-build-core from PyPI),
 # then the package's tests (python/tests) from outside the source tree's package folder.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages mlarope builds with, if any is missing, and fetch the JUnit schema
 # the output-format test validates against (once, into a cache). Idempotent.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Set up, build, and run every test through CTest (Release build, CUDA compiled when nvcc is
 # there); the Python package (pip install . and its tests); the tests again in an
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the host side, and a fuzz slice there;

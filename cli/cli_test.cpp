@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The mlarope command line: check and fuzz on real cases, and one-line errors (never a crash)
 // for malformed case files and command lines.
 #include <gtest/gtest.h>

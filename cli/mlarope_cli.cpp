@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The mlarope command-line tool: run a case file (docs/semantics.md §7) on a backend, check it with every
 // check of docs/architecture.md, or fuzz a backend with random cases. Exit statuses: see kExitStatuses.
 #include <unistd.h>

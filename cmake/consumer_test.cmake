@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DBUILD=... -DSOURCE=... -DWORK=... -DGENERATOR=... -DCXX=... -P consumer_test.cmake
 # Installs BUILD into WORK/prefix, then configures, builds and runs SOURCE/examples/consumer
 # with that prefix as the only place to find mlarope, and fails unless the package found is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Installing the library as a CMake package: `cmake --install build --prefix P`, then in another
 # project `find_package(mlarope)` and `target_link_libraries(app PRIVATE mlarope::mlarope)`.
 # The build tree exports the same targets (build/mlaropeTargets.cmake) for use without installing.

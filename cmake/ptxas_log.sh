@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The CUDA compiler launcher of mlarope_cuda (unless MLAROPE_PTXAS_VERBOSE): runs the nvcc
 # command it is given and moves ptxas's -v lines (registers, spills, stack, shared memory of
 # each kernel) out of the build log into OBJECT.ptxas.txt; every other line, and the exit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Streams, graphs and device buffers of include/mlarope/backend.h.
 #include "mlarope/backend.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Megatron-compatible wrappers (see include/mlarope/megatron_ops.h).
 #include "mlarope/megatron_ops.h"
 

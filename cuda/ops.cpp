@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The entry points of include/mlarope/backend.h: validate, build the launch, enqueue. No host
 // read of device memory, no allocation, no synchronization (graph-capture safe).
 #include <utility>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference, wrapped to be wrong in one way each.
 #include "fuzz/broken_backends.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Deliberately broken backends, for proving that the checks can fail. Each
 // names the checks that must catch it and the cases to try. To add one (a kernel-level variant
 // built from edited copies of the kernel sources, say), append to broken_backends() or register it from a

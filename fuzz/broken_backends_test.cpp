@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checks can fail: every deliberately broken backend of broken_backends.h
 // is caught, within the default budget, by the check it names (the fuzzer's way: random specs
 // through run_checks), and by the RapidCheck property (which shrinks it and writes the case).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel-level broken variants as broken backends (see broken_kernels.h).
 #include "fuzz/broken_kernels.h"
 

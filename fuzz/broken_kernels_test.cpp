@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checks catch broken kernels: copies of the real kernel sources with the
 // edits of cuda/testing/kernel_faults.txt (mlarope_host_faulty), one fault selected, through
 // the fuzzer's path (random specs through run_checks) within the default budget; and the same library with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // materialize(): the arrays of a case, filled deterministically from its spec and data seed.
 // Each array draws from its own stream (seed and name), so shrinking one part of a spec leaves
 // the values of the others alone.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CaseSpec: names, derived sizes, printing and JSON. materialize() is in case_data.cpp.
 #include "fuzz/case_spec.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small description of a case (shape, flags, metadata, distributions, a data seed) that
 // RapidCheck generates and shrinks, and `materialize`, which fills the arrays of a case file
 // (docs/semantics.md §7) deterministically from it.

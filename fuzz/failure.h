@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every failure is a file (docs/architecture.md rule 7): a failing case as a case directory (docs/semantics.md §7)
 // with its spec, its check options and what failed, and the command that replays it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fuzz loop: workers draw case indices from a shared counter, so the cases of a run do not
 // depend on the number of workers; each worker keeps its own stats, merged at the end.
 #include "fuzz/fuzz.h"

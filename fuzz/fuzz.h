@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fuzzer behind `mlarope fuzz`: random cases (fuzz/generators.h) through every check
 // until a time or case budget ends; counts, ulp histograms and failure directories in
 // DIR/fuzz.json and DIR/failures/, and a JUnit report (a test case per check) in DIR/junit.xml.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FuzzStats: merging, fuzz.json and the summary.
 #include <algorithm>
 #include <cmath>

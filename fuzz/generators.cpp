@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The generators: independent fields first (gen::build), then the rows, which depend on the
 // dims through the element budget (gen::mapcat), then one normalization that makes the fields
 // consistent (in place only for rope ops, faults only where they exist, ...).

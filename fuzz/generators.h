@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RapidCheck generators of CaseSpec (shrinking on the description, not on tensor data), and a
 // plain seeded generator for the fuzzer.
 #pragma once

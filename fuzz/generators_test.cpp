@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The generators: every spec materializes into a case the reference accepts, the edge sizes
 // come up often, faults raise their status bits, specs survive JSON, and a failing
 // property shrinks to a small description.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which shard of a long fuzz campaign this process runs: from flags, or from the job arrays
 // people already run (SLURM, Kubernetes Indexed Jobs, GoogleTest-style CI farms).
 #pragma once

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest: a fuzz campaign of four shards through the job-array variables, merged by the report.
 # Shards 0-3 of a SLURM array (--array=1-4: SLURM_ARRAY_TASK_MIN=1), then of a Kubernetes
 # Indexed Job (JOB_COMPLETION_INDEX, MLAROPE_SHARD_COUNT); each writes OUT/shard-000K, and

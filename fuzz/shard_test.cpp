@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharding a fuzz campaign: which shard a process runs (flags, then SLURM, Kubernetes Indexed
 // Jobs, GoogleTest-style farms), and that shards split one stream of cases without overlap.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checks' guards trap reads in AddressSanitizer builds (harness/checks/asan_guards.h): a
 // host fast-mode branch that reads the byte past each head's rope slice
 // (KernelFault::fast_slice_overread, an edit of rope_on_host) stops with ASan's report and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Identities the backend under test must satisfy, each between two calls of the backend: round
 // trip, adjoint, in place == out of place, SBHD B = 1 == THD with one sequence, SBHD CP ==
 // Megatron's host-sliced table, the CP ranks cover every position once, explicit position ids

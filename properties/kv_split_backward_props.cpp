@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kv_split_backward: the backend under test against the reference, with every check of
 // docs/architecture.md; the head sum with many heads.
 #include "property_support.h"

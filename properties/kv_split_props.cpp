@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kv_split: the backend under test against the reference, with every check of docs/architecture.md.
 #include "property_support.h"
 

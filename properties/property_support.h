@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the property tests share: the backend under test, a GoogleTest wrapper that runs a
 // RapidCheck property with a fixed case count and seed (RC_PARAMS overrides them), and the
 // assertion that writes a failing case to a directory and names the command that replays it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rope_backward: the backend under test against the reference, with every check of docs/architecture.md,
 // and the adjoint identity on arbitrary (non-unit) tables.
 #include "property_support.h"

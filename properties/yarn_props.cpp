@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // yarn_tables: the backend under test against the reference's exact values (harness/checks/
 // yarn_check.h): every element within one rounding of a value the double computation can
 // reach, every element written, nothing outside the tables, two runs bitwise equal.

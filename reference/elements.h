@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small helpers of the reference: typed element access, head addressing, a parallel loop.
 #pragma once
 

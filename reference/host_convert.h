@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side element conversions with exact IEEE round-to-nearest-even: what the reference
 // and the harness use to read and write f32, f16 and bf16 data.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kv_split and kv_split_backward (docs/semantics.md §4).
 #include <algorithm>
 #include <vector>

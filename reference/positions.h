@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which table row each row of a call uses (docs/semantics.md §2), found by walking the sequences.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which table row each row uses (docs/semantics.md §2): map_rows and cp_pos directly, and end to end
 // through rope and kv_split with a table whose rows can be told apart.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU reference of docs/semantics.md: every operation, in double precision, rounded once.
 // It shares no computation with the kernels (docs/architecture.md rule 1): only the types of
 // include/mlarope. All tensors and metadata are host memory.

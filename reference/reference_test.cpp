@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference of docs/semantics.md §3-§4: hand-computed rotations, pass-through, views, and the
 // algebraic identities (round trip, adjoint, in place == out of place, round once).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one random number generator of the tests and of the fuzz's case data: splitmix64,
 // deterministic and the same on every platform, so a seed names the same data everywhere (a
 // repro directory's data_seed included).

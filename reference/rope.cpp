@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rope and rope_backward, out of place and in place (docs/semantics.md §4).
 #include <vector>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rotation of one rope slice and its adjoint (docs/semantics.md §3, §4), in double.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading one row of the cos/sin tables.
 #pragma once
 

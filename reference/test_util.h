@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers of the reference tests: tensors in std::vector storage (contiguous or strided,
 // with guard elements around them), deterministic data from a seed, tables, exact rounding and
 // ulp distances.

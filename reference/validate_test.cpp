@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/semantics.md §5 through the reference: every host-known rule rejected with a message naming the
 // argument and nothing written; invalid device metadata passes rows through and raises status bits
 // that check_device_metadata reproduces from the same host arrays.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // YaRN tables, following Megatron's YarnRotaryEmbedding (docs/semantics.md §4), in double.
 #include <algorithm>
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // yarn_tables (docs/semantics.md §4): plain RoPE at scaling factor 1, Megatron's YaRN formulas recomputed
 // here for a DeepSeek-V3 setting, the concentration factor, the override, the offset, the layouts
 // and the table dtypes rounded once.

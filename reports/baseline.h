@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A stored baseline: a Google Benchmark JSON of mlarope_bench (or cuda_bench) with every
 // repetition, and the machine it was recorded on. It gates only that machine: a floor
 // fraction is a ratio of two bandwidths of one machine, and another machine (faster memory,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The benchmark gate: two sets of repetitions of the same benchmarks (a base and a change,
 // measured interleaved in one run, or a stored baseline and this run) compared key by key.
 //

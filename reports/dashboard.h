@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What dashboards read: each benchmark key's repetitions summed up (median and spread), in
 // the formats of Bencher (BMF JSON) and github-action-benchmark (customBiggerIsBetter).
 // Their Google Benchmark adapters read only `real_time`; these carry the floor fraction.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The benchmark history: one small JSON per commit (its date, machine, each key's median and
 // spread of the floor fraction, and what a gate flagged), kept in a folder that CI carries
 // from run to run, and drawn as the trend of each op's floor fraction over the commits.

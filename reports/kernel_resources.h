@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The report's tables of what ptxas said of each kernel (mlarope::parse_ptxas of
 // build/ptxas.txt): registers, spills, stack and shared memory.
 #pragma once

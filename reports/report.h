@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Turning benchmark and fuzz results (JSON) into a self-contained HTML page and a Markdown
 // summary, with the gate's verdicts (compare.h) and the history (history.h) when given.
 #pragma once

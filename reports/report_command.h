@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `mlarope report` and `mlarope compare`: read result files, write the page, the summary and
 // the files CI systems and dashboards read, and apply the gate.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The report: parsing benchmark JSON, the stored-baseline gate, and what the page and summary show.
 #include <gtest/gtest.h>
 

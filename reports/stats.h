@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The statistics of the benchmark gate: an exact one-sided Mann-Whitney U test, Holm's
 // correction over several keys, and a distribution-free estimate of the change between two
 // samples with its confidence interval. Exact, not asymptotic: the gate compares 9 to 30

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gate's statistics against values worked out by hand and by enumerating every way of
 // splitting the pooled samples, and the verdicts the gate draws from them.
 #include <gtest/gtest.h>

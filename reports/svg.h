@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small inline SVG charts for the report page.
 #pragma once
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fuzz megatron-core's RoPE through the adapters and print the summary (supported and
 unsupported counts, failures with their repro directories). Exit status 1 when a case fails.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """megatron-core's fused MLA YaRN RoPE (fusions/fused_mla_yarn_rope_apply.py: Triton, GPU only)
 as an mlarope backend: ``mlarope.fuzz(MegatronFusedMLA())`` on a machine with CUDA and Triton.
 

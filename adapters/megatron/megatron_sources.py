@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Megatron-LM's RoPE sources from an installed megatron-core wheel, without megatron.core's
 package __init__ (it imports torch.distributed APIs of torch >= 2, and Debian's python3-torch
 is 1.13).

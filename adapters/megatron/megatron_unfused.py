@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """megatron-core's unfused PyTorch RoPE (rope_utils.apply_rotary_pos_emb with
 apply_rope_fusion=False) as an mlarope backend: ``mlarope.fuzz(MegatronUnfused())``.
 

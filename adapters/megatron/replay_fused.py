@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Replay case directories on Megatron's fused MLA kernels, each in a fresh process (a fault
 in one cannot poison the next), twice: with device copies that keep the views' strides, then
 with C-order copies (does the finding depend on the strides?); print every check's line.

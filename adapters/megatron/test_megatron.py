@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """megatron-core 0.16.1 through mlarope on the host: its unfused PyTorch RoPE fuzzed through the
 adapter, its YaRN tables against ours, and the findings kept by their repro directories.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Mutation testing of mlarope's kernel and launch sources: the code behind ci/mutate.py.
 
 A mutant is one single-token change to a kernel or launch source. The command applies one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Configuring and building the scratch copy (CMake + Ninja, host backend only), and running
 a command with a timeout that kills its whole process group. The build is configured once and
 then rebuilt incrementally, one mutant after another."""

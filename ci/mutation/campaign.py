@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One run of the tool: the scratch copy synced and built, the checks run on it unmutated (the
 baseline: all must pass), then each mutant of this shard in turn written into the copy,
 rebuilt, put through the checks cheapest first up to the first failure, and the original text

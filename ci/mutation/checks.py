@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The checks a mutant goes through: the project's test binaries, property tests and a short
 `mlarope fuzz` on the host backend, each built from the scratch build. A check that exits
 non-zero kills the mutant. Also what a check's environment holds, and which mutants edit an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The command line of ci/mutate.py: its options and help, the `merge` sub-command, and what
 each form does (--list-checks, --list-sites, --dry-run, a run). Exit statuses: 0 pass, 1 the
 kill rate or an unexplained survivor fails the run, 2 bad usage, 3 the tool could not run,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The equivalent-mutant file (ci/mutants-equivalent.txt): mutants that no input can tell from
 the original, each with the reason. A run does not run a mutant listed there, and a summary
 counts a listed survivor as equivalent. An entry is keyed by the file, the line's text, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which characters of a C++ source are code a mutant may change.
 
 The site finder looks for operators and literals in a copy of the source where everything

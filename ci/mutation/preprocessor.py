@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The host build's view of preprocessor conditionals: which `#if` branches it compiles.
 
 Sites in code that only nvcc compiles (under `#if defined(__CUDA_ARCH__)`, or the `#else` of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a run reports: the kill rate, summary.md (counts, tables, every survivor with its diff
 and a ready-to-fill equivalent entry), results.json, survivors/NNN.diff, the verdict (exit
 status), the --list-sites listing, and the merge of several runs or shards into one."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which mutants a run tries: the sample of sites (--count/--seed, --all, --only, --sites) and
 the share of it that each shard runs. Every shard of a campaign draws the same sample, so the
 shards' shares are disjoint and together make the whole sample."""

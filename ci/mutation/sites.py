@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The mutation operators and the sites they apply to.
 
 A site is one token of a kernel or launch source and the token it becomes: `+` for `-`, `<`

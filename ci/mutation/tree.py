@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The scratch copy of the source tree that mutants are written into (SCRATCH/src): the
 working tree is never touched. A sync writes only the files whose content differs, so their
 mtimes alone change and the scratch build stays incremental from one run to the next."""

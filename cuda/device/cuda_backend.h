@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the host-compiled library needs from the CUDA backend: device presence, memory and
 // streams. Defined by mlarope_cuda (cuda_stream.cpp) in CUDA builds, and by
 // cuda_unavailable.cpp otherwise (no device; creating a CUDA stream or buffer throws).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GridCoord of the calling CUDA thread, and the common launch bound of the kernels.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kv_split and kv_split_backward as CUDA kernels: the RowRounds bodies of kv_split_kernels.h,
 // one __global__ per (dtype, variant): 2 x 3 x 2 instantiations.
 #include "device/cuda_grid.cuh"

@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA launch of each launch descriptor: the kernel bodies as __global__ kernels
-// (cuda_rope.cu, cuda_kv_split.cu, cuda_misc.cu), enqueued on a CUDA stream.
+// (cuda_rope.cu, cuda_kv_split.cu, cuda_yarn.cu), enqueued on a CUDA stream.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owners of CUDA resources (streams, graphs, events, device memory) whose destructors neither
 // throw nor make calls that are illegal while this thread captures, and the error check.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rope and rope_backward as CUDA kernels: the RowRounds bodies of rope_kernels.h, one
 // __global__ per (dtype, variant): 3 x 4 instantiations.
 #include "device/cuda_grid.cuh"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend's stream, graph, memory and device query (see cuda_backend.h).
 #include <cuda_runtime_api.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA hooks of a build without CUDA: no device, and a clear error when one is asked for.
 #include "device/cuda_backend.h"
 #include "mlarope/error.h"

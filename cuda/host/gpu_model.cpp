@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU model of the host backend (see gpu_model.h).
 #include "host/gpu_model.h"
 

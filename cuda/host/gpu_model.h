@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU model of the host backend (docs/architecture.md rule 5): while a launch runs under a Recorder,
 // every global access of the kernel bodies (kernels/portability.h) is shown to it first. It
 // checks what a GPU would punish and counts what a GPU would fetch:

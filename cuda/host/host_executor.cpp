@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host grid executor (see host_executor.h).
 #include "host/host_executor.h"
 

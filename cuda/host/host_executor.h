@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host grid executor: runs every block and thread of a launch on the CPU, in an order drawn
 // from a seed (block order, and thread order within each block), in parallel over blocks on
 // std::threads. Threads of a block run one after the other, so a kernel body that depends on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host grid executor: every (block, thread) runs exactly once, orders follow the seed,
 // results are the same with one worker and many.
 #include "host/host_executor.h"

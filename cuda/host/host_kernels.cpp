@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host instantiations of the kernel bodies (see host_kernels.h). Everything but kernel_table()
 // has internal linkage.
 #include "host/host_kernels.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel bodies compiled by the host compiler and run by the host grid executor: one
 // function per launch descriptor, mapping (dtype, variant) to a body instantiation.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host backend's stream and graph (see host_stream.h).
 #include "host/host_stream.h"
 

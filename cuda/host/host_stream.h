@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host backend's stream and graph: launches run on the host grid executor as they are
 // enqueued; while capturing they are recorded (arguments by value, pointers included) and a
 // replay runs them again, reading what the buffers hold then, like a CUDA graph.

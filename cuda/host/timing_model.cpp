@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timing model (include/mlarope/timing.h): device profiles, ptxas's figures of the kernels,
 // occupancy, and a launch's predicted time.
 #include "mlarope/timing.h"

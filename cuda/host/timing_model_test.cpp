@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timing model's parts against figures worked out by hand: occupancy from the sm_90 rules,
 // the device profile's parsing, the CUDA kernel of each model kernel, and how a prediction
 // moves with round trips, waves and sparse DRAM use.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loads and stores of activation and table elements, as floats, for kernel bodies: scalar
 // accesses, aligned vector accesses (the fast paths), and table reads with a runtime dtype.
 #pragma once

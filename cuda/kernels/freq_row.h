@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which table row a row uses (docs/semantics.md §2), computed on the device from the device metadata,
 // which is never trusted for memory access: every index read stays inside its array.
 #pragma once

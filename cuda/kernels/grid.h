@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Launch geometry shared by the kernel bodies, the host grid executor and the CUDA launch:
 // one-dimensional grids of blocks of threads. Nothing here knows about RoPE.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-only SSE2 forms of the bf16 pair-chunk loads and stores of pair_rotation.h (4 pairs):
 // the same values, bit for bit, as the generic element code (host_simd_test checks it), in a
 // handful of instructions instead of the compiler's shuffle-heavy vectorization. Leaves only:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plain argument structs of the kernel bodies: pointers, element strides and flags, all
 // copied by value into a launch (and into a captured graph). No RoPE math here.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel bodies of kv_split and kv_split_backward (docs/semantics.md §4). A round per row (row_rounds.h);
 // the k_pe rope slice is rotated once per row (per pair chunk) and broadcast to every key head,
 // and the backward sums the heads in f32 (in kv_sum_groups' fixed order) before the adjoint

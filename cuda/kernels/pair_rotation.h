@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rotation of docs/semantics.md §3 on a chunk of kPairs consecutive logical pairs of one rope slice:
 // reading the pairs in a layout, the coefficients from the table row, the rotation (forward or
 // adjoint), writing the pairs in a layout. kPairs == 4 uses vector accesses, 1 scalar ones.

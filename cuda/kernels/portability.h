@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one place where kernel code meets CUDA-only features (docs/architecture.md rule 2). Everything a
 // kernel body needs (the __host__ __device__ marker, the status atomic, bit casts, raw vector
 // loads and f16/bf16 conversions) works the same when compiled by nvcc for the device and by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one shape of every rope and kv_split kernel: a phased body (kernels/portability.h) that
 // works its block's share of a call one round at a time, a round being one row (or, for the
 // staged body, some heads of one row), behind the call-level cu_seqlens gate of a THD call.

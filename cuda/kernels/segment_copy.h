@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bit-exact copies of one segment of every head of a row (nope parts, kv_split's k and v
 // parts, pass-through rows), spread over the threads of a block: 16-byte accesses when the
 // dispatcher found the pointers and strides aligned, element accesses otherwise.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel body of yarn_tables (docs/semantics.md §4): Megatron's YarnRotaryEmbedding frequencies,
 // computed in double and rounded once to the table dtype. Blocks over rows, threads over pairs.
 #pragma once

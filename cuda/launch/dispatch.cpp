@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The dispatch decisions (see dispatch.h).
 #include "launch/dispatch.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which kernel variant a call takes: small pure functions of host-known facts, unit tested.
 // The fast (vector) paths serve Megatron's four modes with emb_dim a multiple of 8 and aligned
 // memory; everything else takes a general path. A flag is never dropped: a combination the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Footprints of calls (see footprint.h).
 #include "launch/footprint.h"
 

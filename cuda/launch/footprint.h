@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The footprint of a call: every tensor it was given, where its elements are and what the
 // call may do with them. The GPU model of the host backend (host/gpu_model.h) allows a kernel
 // exactly these bytes; the CUDA backend ignores it. Made from the call's views, not from the

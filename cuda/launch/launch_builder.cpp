@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Call descriptors -> launch descriptors (see launch_builder.h).
 #include "launch/launch_builder.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // From a validated call descriptor (ops.h) to a launch descriptor (launches.h): kernel
 // arguments, the variant the dispatcher picks, and the grid for the backend's profile.
 #pragma once

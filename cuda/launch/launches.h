@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the host API hands a backend stream: one launch descriptor per kernel family, with the
 // kernel variant the dispatcher picked and the grid. Backends only map these to kernels.
 #pragma once

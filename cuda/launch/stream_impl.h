@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The interface a backend implements behind mlarope::Stream and mlarope::Graph. Launches are
 // asynchronous on CUDA and immediate on the host backend; while capturing, both record them.
 #pragma once

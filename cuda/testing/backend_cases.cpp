@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test cases of the rope family and kv_split (see backend_cases.h).
 #include "testing/backend_cases.h"
 

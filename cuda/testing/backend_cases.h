@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test cases of the rope family and of kv_split: a small description (shape, flags, metadata,
 // strides), tensors built from it deterministically, a run on a backend and on the reference,
 // and the output checks that compare them (backend_test_util.h).

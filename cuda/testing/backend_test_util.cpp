@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers of the backend tests (see backend_test_util.h).
 #include "testing/backend_test_util.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers of the backend tests: the backend as a GoogleTest value parameter, tensors
 // kept on the host and mirrored into a backend's DeviceBuffer (with guard bytes around the
 // viewed span), deterministic data, and the comparison with the reference under docs/architecture.md's

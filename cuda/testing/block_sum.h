@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A phased kernel body for the tests of block barriers and shared memory (kernels/portability.h):
 // each block sums kThreads floats with a tree in shared memory, one barrier per tree level.
 // Written like a kernel (kernels/ headers only), so nvcc compiles it too (block_sum_kernel.cu).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The run-time fault selector of the fault-variant build (test builds only). The production
 // sources never include this header: make_faulty_sources inserts it into its copies of the
 // kernel sources, whose edits test MLAROPE_FAULT(name) (kernel_faults.txt).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FaultyHostStream (see faulty_host_stream.h): a HostStream whose kernel table is the faulty
 // build, with the fault selected around each launch it runs (and each replayed launch).
 #include "testing/faulty_host_stream.h"

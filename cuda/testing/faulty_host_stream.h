@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host backend with one deliberately wrong kernel behaviour (test builds only: the library
 // mlarope_host_faulty, built from the copies of the kernel sources that make_faulty_sources
 // edits after kernel_faults.txt). Calls take the public entry points (validate, launch

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The deliberately wrong behaviours of the fault-variant build of the kernels (test builds
 // only): a plain enum, shared by that build (kernel_faults.txt: the edits, one per fault;
 // fault_selector.h: the run-time selector) and the tests that select a fault. The production

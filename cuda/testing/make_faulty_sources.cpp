@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // make_faulty_sources: writes the fault-variant build of the host kernels (test builds only).
 //
 // The production sources hold no fault code. This tool copies the kernel headers named on the

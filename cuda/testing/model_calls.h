@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small fixed calls for the GPU model's tests (gpu_model_test, launch_alignment_test): bf16
 // activations in one 64-byte-aligned arena, where a test can shift one tensor by an element
 // to misalign it, f32 tables, deterministic values.

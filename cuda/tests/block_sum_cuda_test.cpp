@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The phased block sum (testing/block_sum.h: __shared__ + __syncthreads() on the GPU) on a CUDA
 // device: each block's sum is exact. ci/gpu-check.sh runs this binary under compute-sanitizer's
 // racecheck and synccheck too.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The phased test body of testing/block_sum.h as a CUDA kernel: block barriers and shared
 // memory written once compile to __syncthreads() and __shared__. block_sum_cuda_test runs it
 // where a device is present (and ci/gpu-check.sh under racecheck and synccheck, beside the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The launch each canonical call gets: the DeepSeek-V3 shapes (H = 128, nope 128, emb 64,
 // k = v = 128) in every dtype, SBHD and THD, aligned and misaligned views, and the grid caps.
 // For each, the expected variant, grid, block and work items per row are written out by hand

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device copies of host memory keep the host address modulo 256 (cudaMalloc's alignment), so
 // that a misaligned or odd-offset view of a test reaches the kernels as such.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU model's detectors catch what they are for: each is shown a kernel
 // that is wrong in the one way it must see (cuda/testing/kernel_faults.txt), and the same
 // build without the fault passes the same call, so every test here can fail both ways.

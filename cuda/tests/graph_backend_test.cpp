@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Streams and graphs on each backend: a captured graph reads what the buffers hold at replay
 // (new cu_seqlens, new inputs), exactly like a CUDA graph (docs/architecture.md rule 6).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a graph owns: its launches only, nothing of the stream that captured it (a THD call
 // checks its cu_seqlens inside its kernel, with no scratch word), so a graph replays after that
 // stream is gone, on any stream, while other streams (the capturing one included) run their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kv_split and kv_split_backward on each backend against the reference.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kv_split_backward's f32 head sums follow the one documented order (kv_sum_groups in
 // kernels/kv_split_kernels.h: heads dealt into G groups, each summed in head order, the
 // partial sums added in group order), bit for bit, in the host's fast mode and under the GPU

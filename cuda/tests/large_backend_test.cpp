@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sizes past the limits a careless kernel has: more than 65,535 sequences and rows in one
 // launch (grid dims, 16-bit counts), and a tensor spanning more than 2^31 elements (32-bit
 // offsets), the latter on the host backend through a sparse MAP_NORESERVE mapping and on CUDA

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every condition of the launch builder that chooses a vector (16-byte) path is exercised with
 // exactly one of its operands false: the launch must then take the element path,
 // and the GPU model must find no misaligned access running it. A positive control per op (every

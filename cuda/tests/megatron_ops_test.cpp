@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Megatron-compatible wrappers: each flag set gives the layout triple of docs/semantics.md §3, the
 // wrappers equal the primitives bit for bit, and undefined combinations are errors.
 #include "mlarope/megatron_ops.h"

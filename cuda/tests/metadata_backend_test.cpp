@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Invalid device metadata (docs/semantics.md §5): the status word is set, the affected rows pass
 // through, nothing is read or written out of bounds (run under the sanitizer build too).
 #include <gtest/gtest.h>

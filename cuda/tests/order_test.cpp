@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/architecture.md rule 3 in action: a chunked body run in place with a layout change (which the
 // dispatcher never picks: it depends on thread order) gives seed-dependent results on the
 // host executor, while the bodies the dispatcher does pick (staged, whole slice) do not. The

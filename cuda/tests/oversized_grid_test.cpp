@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Grids other than the launch builder's. The builder gives one block per row (or staged
 // round) up to a cap, and at most 128 threads, the number of the THD gate's checking slots; the
 // kernel bodies are written for any grid, so blocks past the work must do nothing, threads past

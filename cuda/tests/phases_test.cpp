@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Block barriers and shared memory (kernels/portability.h, HostExecutor::run_phased): a body
 // written as phases runs every thread of a block through phase k before phase k + 1, in any
 // thread order; under the GPU model a barrier ends a race window, and shared memory is

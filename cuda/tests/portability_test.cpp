@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The portability header's conversions against Eigen's (exact IEEE round to nearest even),
 // on every f16 / bf16 value and on floats around every rounding boundary.
 #include "kernels/portability.h"

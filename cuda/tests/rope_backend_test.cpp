@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rope, rope_inplace, rope_backward and rope_backward_inplace on each backend against the
 // reference, over a grid of small fixed cases (layouts, dtypes, triples, CP, packed and
 // per-sequence THD, padding rows, position ids, offsets, strided and broadcast views).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The benchmark gate (reports/compare.h) catches a kernel slowed by 15% and passes an unchanged
 // one. Host rope out of place, bf16, SBHD S=1024 B=1 H=32 nope=128 emb=64 (MLA layouts, f32
 // tables), timed in this process through the faulty library (mlarope_host_faulty) with no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A stream's resources under failure: a stream destroyed mid-capture (an exception between
 // begin_capture and end_capture) leaves the backend usable, and with device memory exhausted
 // the CUDA backend fails by name (mlarope::Error) and recovers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One launch per THD call (kernels/row_rounds.h): each block checks the call's whole
 // cu_seqlens before it writes, so a bad sequence anywhere in the array (before, at and past
 // the block's checking threads, the last one included) passes every row through and sets the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // yarn_tables on each backend against the reference: within one ulp of the table dtype
 // (both compute in double; the libraries' cos/sin may differ in the last double bit).
 #include <gtest/gtest.h>

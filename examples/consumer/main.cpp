@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program that uses the installed library, as a downstream project would: one rope call on
 // the host backend, checked against values worked out by hand.
 #include <mlarope/backend.h>

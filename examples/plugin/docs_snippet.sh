@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Pass when the code block after the line "<!-- NAME -->" in PAGE equals FILE, so the example a
 # page shows is the file CTest builds and fuzzes:
 # docs_snippet.sh PAGE NAME FILE (NAME: the file's base name, e.g. minimal_plugin.cpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An example kernel plugin (include/mlarope/plugin.h): this repository's own host kernels
 // behind the C ABI, so that `mlarope fuzz --backend plugin:build/examples/libmlarope_example_plugin.so`
 // checks them through the ABI alone. Other builds of this file show the harness's other

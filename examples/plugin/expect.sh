@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run a command and pass when it exits with STATUS and its output (stdout and stderr) matches
 # every PATTERN (extended regular expressions): expect.sh STATUS PATTERN... -- COMMAND...
 set -uo pipefail

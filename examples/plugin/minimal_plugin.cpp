@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rope on SBHD f32 tensors, out of place, pairs in the half layout; every other call declined.
 #include <mlarope/plugin.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bad input suite (docs/semantics.md §5) on every backend: each host-known validity rule, for every op,
 // gives an mlarope::Error naming the argument and leaves every byte of memory (inputs, outputs,
 // gaps, guards, status word) untouched; zero-size calls are no-ops; and garbage device metadata

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers of the bad input suite (bad_input_test.cpp): every buffer of a call lives in one
 // guarded byte arena, so a test can snapshot all of memory, run a call on any backend and
 // compare every byte afterwards (inputs, outputs, gaps, guards and the status word).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running a case on a backend: the call descriptor built from the case's arrays, outputs
 // allocated in the activation dtype.
 #pragma once

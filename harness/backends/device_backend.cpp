@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backends/device_backend.h"
 
 #include "backends/device_mirror.h"

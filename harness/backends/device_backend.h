@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The optimized backends (include/mlarope/backend.h) as harness Backends on host memory.
 #pragma once
 

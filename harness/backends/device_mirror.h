@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device copies of the host memory behind a call's views (the CUDA backend and CUDA-memory
 // kernel plugins of the harness run on them): each view's spanned bytes are copied over at the
 // same offset modulo 256 (place_copy), outputs are copied back when the call finished.

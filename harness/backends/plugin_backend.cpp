@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A kernel plugin (include/mlarope/plugin.h) as a harness Backend: the library is opened once,
 // its ABI checked, and each call translated into an mlarope_call.
 #include "backends/plugin_backend.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Anyone's kernels, through the plugin ABI (include/mlarope/plugin.h), as a harness Backend.
 #pragma once
 

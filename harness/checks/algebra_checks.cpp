@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checks that need no reference: round trip (forward, then inverse with swapped layouts,
 // gives (c^2 + s^2) x = m^2 x for unit tables) and adjoint (<f(x), y> == <x, f^T(y)>).
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AddressSanitizer's poisoning of the guarded buffers (asan_guards.h).
 #include "checks/asan_guards.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AddressSanitizer's manual poisoning of the checks' guarded buffers (strided_call.h): while a
 // backend runs, the guards and the gaps between a view's rows and heads are unaddressable, so
 // that any backend (the reference, the host backend in either mode, a plugin) reading or

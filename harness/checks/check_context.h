@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private to the checks: what the checks of one case share (the case, the reference answer,
 // the primary run) and the runs they make, whose audit findings feed coverage, immutability
 // and bounds.

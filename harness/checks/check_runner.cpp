@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // run_checks: the reference answer, the runs, and the checks made of comparing runs (value,
 // determinism, in place == out of place, order independence) or of auditing them (coverage,
 // immutability, bounds).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Names, results, reports and their JSON/text forms. The checks themselves are in
 // check_runner.cpp, algebra_checks.cpp and replay_check.cpp.
 #include "checks/checks.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checks of docs/architecture.md's table "What the harness checks for every case", each returning a
 // structured result (which check, outcome, which element, expected, got, ulps, a message).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checks library: the reference passes every check on hand-made cases, with gaps, guards
 // and broadcast heads; each deliberately wrong backend fails the check made for it, and the
 // result names the element as (token, head, dim).

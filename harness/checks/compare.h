@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Comparing outputs with expected values, with errors in ulps of the output dtype.
 #pragma once
 

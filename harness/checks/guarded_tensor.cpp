@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GuardedTensor: one tensor with gaps and guards in a buffer of its own (strided_call.h).
 #include <algorithm>
 #include <cstring>

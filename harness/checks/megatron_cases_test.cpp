@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every backend on every Megatron case of data/megatron (float64 answers of Megatron-LM's
 // unfused PyTorch path, data/README.md). The folder is $MLAROPE_CASES_DIR, else the one CMake
 // was configured with; a folder without cases fails: the cases are part of the repository.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Graph replay: capture a call with one set of metadata and inputs, write another set into the
 // same buffers, replay, and compare with the reference for the second set (docs/semantics.md §6).
 #include <algorithm>

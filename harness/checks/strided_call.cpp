@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "checks/strided_call.h"
 
 #include <algorithm>

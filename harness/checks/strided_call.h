@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory a check runs a call in: every tensor in its own buffer, laid out with gaps between
 // heads and rows (LayoutPlan) and guard regions before and after, so that a check can see what
 // a call wrote where it should not, left unwritten, or changed in its inputs.

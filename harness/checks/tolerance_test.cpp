@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tolerance model accepts the reference and rejects small, deliberate errors.
 #include <gtest/gtest.h>
 

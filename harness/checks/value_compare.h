@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Comparing outputs element by element: under the tolerance model (docs/architecture.md) (copied elements
 // bitwise), or bitwise throughout; the worst element reported as (token, head, dim).
 #pragma once

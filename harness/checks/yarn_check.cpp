@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The yarn_tables checks (yarn_check.h): guarded tables, the reference's exact values, and the
 // bracket each rounded element must lie in.
 #include "checks/yarn_check.h"

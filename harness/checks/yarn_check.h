@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The yarn_tables op as a fuzz and property case: random YaRN parameters, table shape, dtype,
 // layout and memory layout, and the checks of one call against the reference's exact values.
 #pragma once

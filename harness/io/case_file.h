@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Case files (docs/semantics.md §7): a directory with case.json and .npy inputs, read into host arrays,
 // turned into a call descriptor of include/mlarope/ops.h, and outputs written back.
 #pragma once

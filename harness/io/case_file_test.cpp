@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Case files: round trips (bf16 included) and one test per malformed-file error.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where the tests find the Megatron cases (data/megatron, described in data/README.md).
 #pragma once
 

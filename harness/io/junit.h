@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JUnit XML, the test report format CI systems read (GitHub, GitLab and Jenkins show it):
 // <testsuites> of <testsuite>s of <testcase>s, each passing, failed, in error or skipped.
 // What is written validates against the JUnit schema Jenkins publishes (junit-10.xsd).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JUnit XML: the counts a reader sums, the outcome elements, and text that cannot break the
 // document (markup characters and control characters in messages).
 #include "io/junit.h"

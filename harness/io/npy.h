@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading and writing NumPy .npy files: format versions 1.0 and 2.0 for reading, 1.0 for writing;
 // little-endian, C order, a handful of numeric dtypes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "io/npy.h"
 
 #include "io/cases_dir.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The optimized backends behind the operations of ops.h: streams, graphs, device buffers and
 // the entry points. Two backends share one kernel source (docs/architecture.md): `cuda` runs it on a GPU,
 // `host` runs it on the CPU through a grid executor that shuffles block and thread order.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Megatron-LM's flags, mapped onto the layout triple, and its freq_mode inference rules.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Megatron-LM compatible entry points: its fused MLA RoPE calls, with its flag names, mapped
 // onto the primitives of backend.h (layouts_from_megatron picks the layout triple; a flag
 // combination Megatron does not define is an error, never silently dropped).

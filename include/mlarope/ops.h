@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One call descriptor per operation of docs/semantics.md §4. Reference, backends, generators and case
 // files all speak these structs.
 #pragma once

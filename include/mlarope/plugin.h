@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The kernel plugin ABI of mlarope, version 1: how a shared library hands its own RoPE kernels
  * to the harness (`mlarope run|check|fuzz --backend plugin:PATH.so`), which then checks them
  * exactly like this repository's backends. Plain C: fixed-width types, no C++ across the

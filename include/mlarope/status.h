@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device-side status word of a call (docs/semantics.md §5).
 #pragma once
 

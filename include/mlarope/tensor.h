@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Strided tensor views: what every primitive reads and writes (docs/semantics.md §1).
 #pragma once
 

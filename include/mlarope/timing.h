@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timing model: what a launch the GPU model ran would take on a GPU (docs/architecture.md rule 5).
 //
 // The GPU model (HostStreamOptions::gpu_model) counts what a launch moves and, per block, the

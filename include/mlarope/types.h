@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element types, pair layouts and the small enums of docs/semantics.md.
 #pragma once
 

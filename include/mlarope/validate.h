@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Validation of docs/semantics.md §5: host-known arguments before any launch, and a host-side validator
 // of device metadata that applies the same rules as the device.
 #pragma once

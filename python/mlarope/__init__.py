@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """mlarope: the reference MLA RoPE ops (docs/semantics.md) and the harness that checks anyone's kernels.
 
 The C++ library is the one implementation; this package adapts it.

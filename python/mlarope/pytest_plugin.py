@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The pytest plugin of mlarope (loaded by pytest when the package is installed): the fixture
 ``mlarope_fuzz`` and the options that size it from the command line.
 

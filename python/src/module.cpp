@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Python binding of mlarope (module mlarope._mlarope): the reference ops on NumPy arrays
 // (and anything NumPy can view through the buffer protocol, e.g. PyTorch CPU tensors via
 // .numpy()), without copying the inputs, and the fuzzer with a backend made of Python

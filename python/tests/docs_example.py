@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A kernel in NumPy (rope on SBHD f32, out of place, half layouts), checked by mlarope.fuzz.
 import numpy as np
 import mlarope

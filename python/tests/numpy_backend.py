@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A kernel written in NumPy, checked by mlarope.fuzz: rope on SBHD f32 tensors, out of place,
 pairs in the half layout (the C ABI's minimal plugin, in Python). Every other call is declined,
 and the harness counts it as not supported."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DLPack: PyTorch CPU tensors (Debian's python3-torch) into the reference ops, without a copy."""
 import numpy as np
 import pytest

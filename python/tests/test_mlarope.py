@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python package, as a kernel developer uses it (run by ci/python-test.sh after
 `pip install .`): the reference on NumPy arrays, and mlarope.fuzz on kernels written in NumPy."""
 import json

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // yarn_tables as a CUDA kernel.
 #include "device/cuda_grid.cuh"
 #include "device/cuda_launch.h"
