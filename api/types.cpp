@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Spellings of the enums of docs/semantics.md, the status word, and Megatron's flag mapping.
+#include "mlarope/types.h"
+
 #include <string>
 
 #include "mlarope/error.h"
 #include "mlarope/megatron.h"
 #include "mlarope/status.h"
-#include "mlarope/types.h"
 
 namespace mlarope {
 
@@ -97,7 +98,8 @@ std::string describe_status(DeviceStatus status) {
   add(kStatusBadCuSeqlens, "bad cu_seqlens (decreasing, or past the rows)");
   add(kStatusBadSeqLength, "sequence length not divisible by 2 * cp_size");
   add(kStatusRowOutsideTable, "freq_row outside the table");
-  if (status) text += (text.empty() ? "" : ", ") + std::string("unknown bits ") + std::to_string(status);
+  if (status)
+    text += (text.empty() ? "" : ", ") + std::string("unknown bits ") + std::to_string(status);
   return text;
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// docs/semantics.md §5: host-known rules, checked before anything is launched, and the device-metadata
-// rules applied to host copies. Every message names the argument, its value, what was expected.
+// docs/semantics.md §5: host-known rules, checked before anything is launched, and the
+// device-metadata rules applied to host copies. Every message names the argument, its value, what
+// was expected.
 #include "mlarope/validate.h"
 
 #include <algorithm>
@@ -29,42 +30,52 @@ std::string dim_label(const ConstTensorView& v, int i) {
   const char* const sbhd[] = {"S", "B", "heads", "last dim"};
   const char* const thd[] = {"T", "heads", "last dim"};
   const char* const table[] = {"rows", "last dim"};
-  const char* label = v.rank == 4 ? sbhd[i] : v.rank == 3 ? thd[i] : v.rank == 2 ? table[i] : nullptr;
-  return label != nullptr ? std::string(label) + " (dim " + std::to_string(i) + ")" : "dim " + std::to_string(i);
+  const char* label = v.rank == 4   ? sbhd[i]
+                      : v.rank == 3 ? thd[i]
+                      : v.rank == 2 ? table[i]
+                                    : nullptr;
+  return label != nullptr ? std::string(label) + " (dim " + std::to_string(i) + ")"
+                          : "dim " + std::to_string(i);
 }
 
-// docs/semantics.md §5: element count and byte extent within 2^62, so index arithmetic cannot overflow.
-// Each dimension and stride is bounded first, naming the one that is too large.
+// docs/semantics.md §5: element count and byte extent within 2^62, so index arithmetic cannot
+// overflow. Each dimension and stride is bounded first, naming the one that is too large.
 void check_view_size(const ConstTensorView& v, const char* name) {
   for (int i = 0; i < v.rank; ++i)
     if (v.shape[i] == 0) return;  // no element, however large the other dimensions
   for (int i = 0; i < v.rank; ++i)
     if (v.shape[i] > kMaxDim)
-      throw Error(std::string(name) + ": " + dim_label(v, i) + " = " + std::to_string(v.shape[i]) + " in shape " +
-           shape_string(v.shape.data(), v.rank) + ", more than 2^61 (the largest size, docs/semantics.md §5)");
+      throw Error(std::string(name) + ": " + dim_label(v, i) + " = " + std::to_string(v.shape[i]) +
+                  " in shape " + shape_string(v.shape.data(), v.rank) +
+                  ", more than 2^61 (the largest size, docs/semantics.md §5)");
   for (int i = 0; i < v.rank; ++i)
     if (v.strides[i] > kMaxViewBytes || v.strides[i] < -kMaxViewBytes)
-      throw Error(std::string(name) + ": stride " + std::to_string(v.strides[i]) + " of " + dim_label(v, i) +
-           " (strides " + shape_string(v.strides.data(), v.rank) + ") is beyond 2^62 elements");
+      throw Error(std::string(name) + ": stride " + std::to_string(v.strides[i]) + " of " +
+                  dim_label(v, i) + " (strides " + shape_string(v.strides.data(), v.rank) +
+                  ") is beyond 2^62 elements");
   std::int64_t count = 1, span = 0;
   for (int i = 0; i < v.rank && count >= 0; ++i) count = bounded_multiply_add(count, v.shape[i], 0);
   if (count < 0)
-    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) + " has more than 2^62 elements");
+    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) +
+                " has more than 2^62 elements");
   for (int i = 0; i < v.rank && span >= 0; ++i)
     span = bounded_multiply_add(v.shape[i] - 1, std::llabs(v.strides[i]), span);
   const std::int64_t size = static_cast<std::int64_t>(dtype_size(v.dtype));
   if (span < 0 || bounded_multiply_add(span + 1, size, 0) < 0)
-    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) + " with strides " + shape_string(v.strides.data(), v.rank) +
-         " spans more than 2^62 bytes");
+    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) +
+                " with strides " + shape_string(v.strides.data(), v.rank) +
+                " spans more than 2^62 bytes");
 }
 
-// docs/semantics.md §5: a pointer that is accessed is aligned to its element size (a GPU traps otherwise).
-void check_aligned(const void* data, std::size_t element_bytes, const char* name, const char* type) {
+// docs/semantics.md §5: a pointer that is accessed is aligned to its element size (a GPU traps
+// otherwise).
+void check_aligned(const void* data, std::size_t element_bytes, const char* name,
+                   const char* type) {
   const auto address = reinterpret_cast<std::uintptr_t>(data);
   if (address % element_bytes == 0) return;
   std::ostringstream s;
-  s << name << ": data pointer 0x" << std::hex << address << std::dec << " is not aligned to its element size ("
-    << element_bytes << " bytes, " << type << ")";
+  s << name << ": data pointer 0x" << std::hex << address << std::dec
+    << " is not aligned to its element size (" << element_bytes << " bytes, " << type << ")";
   throw Error(s.str());
 }
 
@@ -72,41 +83,44 @@ void check_aligned(const void* data, std::size_t element_bytes, const char* name
 void check_view(const ConstTensorView& v, const char* name, int rank) {
   if (v.rank != rank)
     throw Error(std::string(name) + ": rank " + std::to_string(v.rank) + ", expected " +
-         std::to_string(rank) + " (shape " + shape_string(v.shape.data(), v.rank) + ")");
+                std::to_string(rank) + " (shape " + shape_string(v.shape.data(), v.rank) + ")");
   if (!valid_dtype(v.dtype)) throw Error(std::string(name) + ": unknown dtype");
   for (int i = 0; i < rank; ++i)
     if (v.shape[i] < 0)
-      throw Error(std::string(name) + ": negative size in shape " + shape_string(v.shape.data(), v.rank));
+      throw Error(std::string(name) + ": negative size in shape " +
+                  shape_string(v.shape.data(), v.rank));
   check_view_size(v, name);
   if (v.numel() > 0 && v.data != nullptr)
     check_aligned(v.data, dtype_size(v.dtype), name, std::string(to_string(v.dtype)).c_str());
   if (v.numel() > 0 && v.data == nullptr)
-    throw Error(std::string(name) + ": null data with shape " + shape_string(v.shape.data(), v.rank));
+    throw Error(std::string(name) + ": null data with shape " +
+                shape_string(v.shape.data(), v.rank));
   if (rank > 0 && v.size(-1) > 1 && v.stride(-1) != 1)
     throw Error(std::string(name) + ": last-dim stride " + std::to_string(v.stride(-1)) +
-         ", expected 1");
+                ", expected 1");
 }
 
 void check_last_dim(const ConstTensorView& v, const char* name, std::int64_t expected,
                     const std::string& formula) {
   if (v.size(-1) != expected)
     throw Error(std::string(name) + ": last dim " + std::to_string(v.size(-1)) + ", expected " +
-         formula + " = " + std::to_string(expected));
+                formula + " = " + std::to_string(expected));
 }
 
 void check_same_dims(const ConstTensorView& a, const char* a_name, const ConstTensorView& b,
                      const char* b_name, int count) {
   for (int i = 0; i < count; ++i)
     if (a.shape[i] != b.shape[i])
-      throw Error(std::string(b_name) + ": shape " + shape_string(b.shape.data(), b.rank) + " does not match " + a_name +
-           " shape " + shape_string(a.shape.data(), a.rank) + " in dim " + std::to_string(i));
+      throw Error(std::string(b_name) + ": shape " + shape_string(b.shape.data(), b.rank) +
+                  " does not match " + a_name + " shape " + shape_string(a.shape.data(), a.rank) +
+                  " in dim " + std::to_string(i));
 }
 
 void check_same_dtype(const ConstTensorView& a, const char* a_name, const ConstTensorView& b,
                       const char* b_name) {
   if (a.dtype != b.dtype)
     throw Error(std::string(b_name) + ": dtype " + std::string(to_string(b.dtype)) + ", expected " +
-         std::string(to_string(a.dtype)) + " (the dtype of " + a_name + ")");
+                std::string(to_string(a.dtype)) + " (the dtype of " + a_name + ")");
 }
 
 // Byte range [first, last) that a view can touch; empty for zero-size views.
@@ -148,8 +162,9 @@ void check_no_self_overlap(const ConstTensorView& v, const char* name) {
   std::int64_t inner_extent = 1;
   for (auto [stride, size] : dims) {
     if (stride < inner_extent)
-      throw Error(std::string(name) + ": strides make elements overlap (shape " + shape_string(v.shape.data(), v.rank) +
-           "); an output needs one element per index");
+      throw Error(std::string(name) + ": strides make elements overlap (shape " +
+                  shape_string(v.shape.data(), v.rank) +
+                  "); an output needs one element per index");
     inner_extent = stride * (size - 1) + inner_extent;
   }
 }
@@ -165,7 +180,7 @@ void check_output_disjoint(const ConstTensorView& out, const char* name,
   for (const NamedExtent& other : others)
     if (overlaps(e, other.extent))
       throw Error(std::string(name) + ": memory overlaps " + other.name +
-           "; outputs of out-of-place calls must not overlap any input or other output");
+                  "; outputs of out-of-place calls must not overlap any input or other output");
 }
 
 std::vector<NamedExtent> metadata_extents(const Positions& p) {
@@ -186,10 +201,11 @@ std::vector<NamedExtent> concat(std::vector<NamedExtent> a, const std::vector<Na
 void check_table(const ConstTensorView& table, const char* name, std::int64_t emb_dim) {
   if (table.rank != 2 && table.rank != 4)
     throw Error(std::string(name) + ": rank " + std::to_string(table.rank) +
-         ", expected [R, emb_dim] or [R, 1, 1, emb_dim]");
+                ", expected [R, emb_dim] or [R, 1, 1, emb_dim]");
   check_view(table, name, table.rank);
   if (table.rank == 4 && (table.shape[1] != 1 || table.shape[2] != 1))
-    throw Error(std::string(name) + ": shape " + shape_string(table.shape.data(), table.rank) + ", expected [R, 1, 1, emb_dim]");
+    throw Error(std::string(name) + ": shape " + shape_string(table.shape.data(), table.rank) +
+                ", expected [R, 1, 1, emb_dim]");
   check_last_dim(table, name, emb_dim, "emb_dim");
 }
 
@@ -208,16 +224,18 @@ void check_index_array(const IndexView& v, const char* name, std::int64_t expect
                        bool allow_i64) {
   if (!v.present()) return;
   if (v.type != IndexType::i32 && !(allow_i64 && v.type == IndexType::i64))
-    throw Error(std::string(name) + ": index type " + std::string(to_string(v.type)) + ", expected " +
-         (allow_i64 ? "i32 or i64" : "i32"));
+    throw Error(std::string(name) + ": index type " + std::string(to_string(v.type)) +
+                ", expected " + (allow_i64 ? "i32 or i64" : "i32"));
   if (v.size != expected_size)
     throw Error(std::string(name) + ": " + std::to_string(v.size) + " entries, expected " +
-         std::to_string(expected_size));
-  if (v.size > 0) check_aligned(v.data, index_size(v.type), name, std::string(to_string(v.type)).c_str());
+                std::to_string(expected_size));
+  if (v.size > 0)
+    check_aligned(v.data, index_size(v.type), name, std::string(to_string(v.type)).c_str());
 }
 
 void check_status_word(const DeviceStatus* status) {
-  if (status != nullptr) check_aligned(status, sizeof(DeviceStatus), "status", "uint32 status word");
+  if (status != nullptr)
+    check_aligned(status, sizeof(DeviceStatus), "status", "uint32 status word");
 }
 
 // Highest table row the host can know a call uses, or -1 when it cannot know.
@@ -228,11 +246,11 @@ std::int64_t host_known_last_row(const Positions& p, RowShape rows) {
     if (s == 0 || rows.batch == 0) return -1;
     if (p.cp_size == 1) return s - 1;
     // cp_pos of the last local row; s <= 2^62 and cp_size <= 2^20: computed in 128 bits.
-    const __int128 last = static_cast<__int128>(s) * p.cp_size - static_cast<__int128>(p.cp_rank) * (s / 2) - 1;
+    const __int128 last =
+        static_cast<__int128>(s) * p.cp_size - static_cast<__int128>(p.cp_rank) * (s / 2) - 1;
     return last > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(last);
   }
-  if (p.position_ids.present() || p.freq_mode == FreqMode::packed || p.max_seqlen <= 0)
-    return -1;
+  if (p.position_ids.present() || p.freq_mode == FreqMode::packed || p.max_seqlen <= 0) return -1;
   return rows.seq == 0 ? -1 : p.max_seqlen - 1;
 }
 
@@ -240,30 +258,34 @@ std::int64_t host_known_last_row(const Positions& p, RowShape rows) {
 // up no table row, so the table need not cover its rows.
 void check_positions(const Positions& p, RowShape rows, std::int64_t table_row_count,
                      bool writes_nothing) {
-  if (p.layout != TokenLayout::sbhd && p.layout != TokenLayout::thd) throw Error("layout: unknown value");
+  if (p.layout != TokenLayout::sbhd && p.layout != TokenLayout::thd)
+    throw Error("layout: unknown value");
   if (p.cp_size < 1) throw Error("cp_size = " + std::to_string(p.cp_size) + ": expected >= 1");
   if (p.cp_size > kMaxCpSize)
     throw Error("cp_size = " + std::to_string(p.cp_size) + ": expected <= 2^20 (" +
-         std::to_string(kMaxCpSize) + ")");
+                std::to_string(kMaxCpSize) + ")");
   if (p.cp_rank < 0 || p.cp_rank >= p.cp_size)
-    throw Error("cp_rank = " + std::to_string(p.cp_rank) + ": expected 0 <= cp_rank < cp_size = " +
-         std::to_string(p.cp_size));
+    throw Error("cp_rank = " + std::to_string(p.cp_rank) +
+                ": expected 0 <= cp_rank < cp_size = " + std::to_string(p.cp_size));
   if (p.freq_mode != FreqMode::per_sequence && p.freq_mode != FreqMode::packed)
     throw Error("freq_mode: unknown value");
-  if (p.max_seqlen < 0) throw Error("max_seqlen = " + std::to_string(p.max_seqlen) + ": expected >= 0");
+  if (p.max_seqlen < 0)
+    throw Error("max_seqlen = " + std::to_string(p.max_seqlen) + ": expected >= 0");
   if (p.layout == TokenLayout::sbhd) {
     if (p.cu_seqlens.present()) throw Error("cu_seqlens: given for an SBHD call; it is THD only");
-    if (p.position_ids.present()) throw Error("position_ids: given for an SBHD call; it is THD only");
+    if (p.position_ids.present())
+      throw Error("position_ids: given for an SBHD call; it is THD only");
     if (p.freq_mode == FreqMode::packed)
       throw Error("freq_mode = packed: given for an SBHD call; it is THD only");
     if (p.cp_size > 1 && rows.seq % 2 != 0)
       throw Error("S = " + std::to_string(rows.seq) + ": SBHD with cp_size = " +
-           std::to_string(p.cp_size) + " needs an even sequence length");
+                  std::to_string(p.cp_size) + " needs an even sequence length");
     check_index_array(p.seq_offsets, "seq_offsets", rows.batch, false);
   } else {
     if (!p.cu_seqlens.present()) throw Error("cu_seqlens: missing; THD calls need it");
     if (p.cu_seqlens.size < 1)
-      throw Error("cu_seqlens: " + std::to_string(p.cu_seqlens.size) + " entries, expected N + 1 >= 1");
+      throw Error("cu_seqlens: " + std::to_string(p.cu_seqlens.size) +
+                  " entries, expected N + 1 >= 1");
     check_index_array(p.cu_seqlens, "cu_seqlens", p.cu_seqlens.size, false);
     check_index_array(p.position_ids, "position_ids", rows.seq, true);
     check_index_array(p.seq_offsets, "seq_offsets", p.cu_seqlens.size - 1, false);
@@ -271,7 +293,7 @@ void check_positions(const Positions& p, RowShape rows, std::int64_t table_row_c
   const std::int64_t last = writes_nothing ? -1 : host_known_last_row(p, rows);
   if (last >= table_row_count)
     throw Error("cos/sin: " + std::to_string(table_row_count) + " rows, but the call uses row " +
-         std::to_string(last) + " (needs at least " + std::to_string(last + 1) + ")");
+                std::to_string(last) + " (needs at least " + std::to_string(last + 1) + ")");
 }
 
 // Rows of a [S, B, H, D] or [T, H, D] tensor.
@@ -335,7 +357,8 @@ void check_k_pe_view(const ConstTensorView& kv, const ConstTensorView& v, const 
   check_view(v, name, kv.rank);
   check_same_dims(kv, "kv rows", v, name, kv.rank - 2);
   if (v.size(-2) != 1)
-    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) + ", expected one head ([..., 1, emb_dim])");
+    throw Error(std::string(name) + ": shape " + shape_string(v.shape.data(), v.rank) +
+                ", expected one head ([..., 1, emb_dim])");
   check_last_dim(v, name, emb_dim, "emb_dim");
 }
 
@@ -344,7 +367,8 @@ void check_k_pe_view(const ConstTensorView& kv, const ConstTensorView& v, const 
 void check_dim(std::int64_t value, const char* name) {
   if (value < 0) throw Error(std::string(name) + " = " + std::to_string(value) + ": expected >= 0");
   if (value > kMaxDim)
-    throw Error(std::string(name) + " = " + std::to_string(value) + ": more than 2^61, the largest size (docs/semantics.md §5)");
+    throw Error(std::string(name) + " = " + std::to_string(value) +
+                ": more than 2^61, the largest size (docs/semantics.md §5)");
 }
 
 bool writes_nothing(const RopeCall& c) { return c.out.numel() == 0; }
@@ -421,7 +445,8 @@ void validate(const YarnTablesCall& c) {
   if (cos.rank < 1) throw Error("cos: rank 0, expected [R, emb_dim] or [R, 1, 1, emb_dim]");
   const std::int64_t emb_dim = cos.size(-1);
   if (emb_dim < 2 || emb_dim % 2 != 0 || emb_dim > kMaxDim)
-    throw Error("emb_dim = " + std::to_string(emb_dim) + " (last dim of cos): expected an even number >= 2, at most 2^61");
+    throw Error("emb_dim = " + std::to_string(emb_dim) +
+                " (last dim of cos): expected an even number >= 2, at most 2^61");
   check_table(cos, "cos", emb_dim);
   check_table(sin, "sin", emb_dim);
   check_same_dims(cos, "cos", sin, "sin", cos.rank);
@@ -443,14 +468,17 @@ void validate(const YarnTablesCall& c) {
   if (!std::isfinite(p.mscale) || !std::isfinite(p.mscale_all_dim))
     throw Error("mscale / mscale_all_dim: expected finite numbers");
   // Megatron's mscale(s, m) = 0.1 * m * ln(s) + 1 for s > 1; the concentration divides by it.
-  const double denominator = p.scaling_factor <= 1 ? 1.0 : 0.1 * p.mscale_all_dim * std::log(p.scaling_factor) + 1;
+  const double denominator =
+      p.scaling_factor <= 1 ? 1.0 : 0.1 * p.mscale_all_dim * std::log(p.scaling_factor) + 1;
   if (std::isnan(p.concentration_override) && std::fabs(denominator) < 1e-12)
     throw Error("mscale_all_dim = " + std::to_string(p.mscale_all_dim) +
-         ": makes mscale(scaling_factor, mscale_all_dim) zero, so the concentration factor is infinite");
+                ": makes mscale(scaling_factor, mscale_all_dim) zero, so the concentration factor "
+                "is infinite");
   if (c.table_layout != PairLayout::half && c.table_layout != PairLayout::interleaved)
     throw Error("table_layout: unknown value");
   if (c.offset > kMaxDim || c.offset < -kMaxDim)  // positions offset + row stay in 63 bits
-    throw Error("offset = " + std::to_string(c.offset) + ": beyond 2^61 in magnitude, the largest size (docs/semantics.md §5)");
+    throw Error("offset = " + std::to_string(c.offset) +
+                ": beyond 2^61 in magnitude, the largest size (docs/semantics.md §5)");
 }
 
 namespace {
@@ -475,7 +503,8 @@ DeviceStatus check_sbhd_metadata(const Positions& p, RowShape rows, std::int64_t
 
 }  // namespace
 
-std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size, std::int64_t cp_rank) {
+std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size,
+                    std::int64_t cp_rank) {
   if (cp_size == 1) return lp;
   const std::int64_t half = length / 2;
   if (lp < half) return cp_rank * half + lp;
@@ -491,7 +520,8 @@ DeviceStatus check_cu_seqlens(const Positions& p, std::int64_t rows) {
     else if (p.cp_size > 1 && g % (2 * p.cp_size) != 0) status |= kStatusBadSeqLength;
   }
   if (n >= 0 && status == kStatusOk &&
-      index_at(p.cu_seqlens, n) - index_at(p.cu_seqlens, 0) > static_cast<__int128>(rows) * p.cp_size)
+      index_at(p.cu_seqlens, n) - index_at(p.cu_seqlens, 0) >
+          static_cast<__int128>(rows) * p.cp_size)
     status |= kStatusBadCuSeqlens;
   return status;
 }

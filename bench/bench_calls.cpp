@@ -25,7 +25,8 @@ Bytes random_bytes(std::int64_t count, DType dtype, std::uint32_t seed) {
   return v;
 }
 
-Fixture::Fixture(const Shape& shape) : s(shape), cu(shape.cu_seqlens.begin(), shape.cu_seqlens.end()) {
+Fixture::Fixture(const Shape& shape)
+    : s(shape), cu(shape.cu_seqlens.begin(), shape.cu_seqlens.end()) {
   const std::int64_t rows = s.tokens, table_rows = s.tokens;
   a = random_bytes(rows * s.heads * (s.nope_dim + s.emb_dim + s.k_dim + s.v_dim), s.dtype, 1);
   b = random_bytes(rows * s.heads * (s.nope_dim + s.emb_dim + s.k_dim + s.v_dim), s.dtype, 2);
@@ -59,8 +60,8 @@ Positions Fixture::positions() const {
 }
 
 std::size_t Fixture::bytes() const {
-  return a.size() + b.size() + k_pe.size() + out2.size() + (cos.size() + sin.size()) * sizeof(float) +
-         cu.size() * sizeof(std::int32_t);
+  return a.size() + b.size() + k_pe.size() + out2.size() +
+         (cos.size() + sin.size()) * sizeof(float) + cu.size() * sizeof(std::int32_t);
 }
 
 // The call of `op`, made once and then run in the timing loop.
@@ -69,7 +70,8 @@ std::function<void()> make_call(BenchOp op, Fixture& f, const harness::Backend& 
   const std::int64_t d = s.nope_dim + s.emb_dim;
   switch (op) {
     case BenchOp::rope: {
-      const RopeCall c{f.heads_view<const void>(f.a.data(), s.heads, d), f.heads_view<void>(f.b.data(), s.heads, d), f.rope_args()};
+      const RopeCall c{f.heads_view<const void>(f.a.data(), s.heads, d),
+                       f.heads_view<void>(f.b.data(), s.heads, d), f.rope_args()};
       return [=] { backend.rope(c); };
     }
     case BenchOp::rope_inplace: {
@@ -77,7 +79,8 @@ std::function<void()> make_call(BenchOp op, Fixture& f, const harness::Backend& 
       return [=] { backend.rope_inplace(c); };
     }
     case BenchOp::rope_backward: {
-      const RopeBackwardCall c{f.heads_view<const void>(f.a.data(), s.heads, d), f.heads_view<void>(f.b.data(), s.heads, d), f.rope_args()};
+      const RopeBackwardCall c{f.heads_view<const void>(f.a.data(), s.heads, d),
+                               f.heads_view<void>(f.b.data(), s.heads, d), f.rope_args()};
       return [=] { backend.rope_backward(c); };
     }
     case BenchOp::kv_split: {
@@ -88,7 +91,8 @@ std::function<void()> make_call(BenchOp op, Fixture& f, const harness::Backend& 
       return [=] { backend.kv_split(c); };
     }
     case BenchOp::kv_split_backward: {
-      const KvSplitBackwardCall c{f.heads_view<const void>(f.a.data(), s.heads, s.k_dim + s.emb_dim),
+      const KvSplitBackwardCall c{f.heads_view<const void>(f.a.data(), s.heads,
+                                                           s.k_dim + s.emb_dim),
                                   f.heads_view<const void>(f.out2.data(), s.heads, s.v_dim),
                                   f.heads_view<void>(f.b.data(), s.heads, s.k_dim + s.v_dim),
                                   f.heads_view<void>(f.k_pe.data(), 1, s.emb_dim), f.kv_args()};
@@ -97,6 +101,5 @@ std::function<void()> make_call(BenchOp op, Fixture& f, const harness::Backend& 
   }
   return [] {};
 }
-
 
 }  // namespace mlarope::bench

@@ -22,12 +22,18 @@ struct Aligned256 {
   Aligned256() = default;
   template <class U>
   Aligned256(const Aligned256<U>&) {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(256))); }
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(256)));
+  }
   void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(256)); }
   template <class U>
-  bool operator==(const Aligned256<U>&) const { return true; }
+  bool operator==(const Aligned256<U>&) const {
+    return true;
+  }
   template <class U>
-  bool operator!=(const Aligned256<U>&) const { return false; }
+  bool operator!=(const Aligned256<U>&) const {
+    return false;
+  }
 };
 template <class T>
 using DeviceLikeVector = std::vector<T, Aligned256<T>>;
@@ -49,13 +55,16 @@ struct Fixture {
 
   template <class Void>
   BasicTensorView<Void> heads_view(Void* data, std::int64_t heads, std::int64_t width) const {
-    if (s.layout == TokenLayout::sbhd) return contiguous_view<Void>(data, s.dtype, {s.tokens, 1, heads, width});
+    if (s.layout == TokenLayout::sbhd)
+      return contiguous_view<Void>(data, s.dtype, {s.tokens, 1, heads, width});
     return contiguous_view<Void>(data, s.dtype, {s.tokens, heads, width});
   }
   Rotation rotation() const;
   Positions positions() const;
   RopeArgs rope_args() const { return {s.nope_dim, s.emb_dim, rotation(), positions(), nullptr}; }
-  KvSplitArgs kv_args() const { return {s.k_dim, s.v_dim, s.emb_dim, rotation(), positions(), nullptr}; }
+  KvSplitArgs kv_args() const {
+    return {s.k_dim, s.v_dim, s.emb_dim, rotation(), positions(), nullptr};
+  }
   /// The bytes of every buffer.
   std::size_t bytes() const;
 };

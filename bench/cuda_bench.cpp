@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Google Benchmark of every op on the CUDA backend at the shapes of mlarope_bench, timed with
-// CUDA events on the stream the ops run on (the performance model of docs/architecture.md). Same names
+// CUDA events on the stream the ops run on (the performance model of docs/architecture.md). Same
+// names
 // (`op/cuda/shape_label`, and `op/copy_cuda/shape_label` for a device copy of the same bytes)
 // and counters (`bytes`, `GBps`, `copy_GBps`, `floor_fraction`) as mlarope_bench, so that
 // `mlarope report` reads both.
@@ -36,9 +37,9 @@
 #include <string>
 #include <vector>
 
-#include "mlarope/backend.h"
-#include "host_convert.h"
 #include "command_line.h"
+#include "host_convert.h"
+#include "mlarope/backend.h"
 #include "shapes.h"
 
 using namespace mlarope;
@@ -47,16 +48,18 @@ using namespace mlarope::bench;
 namespace {
 
 constexpr std::size_t kMinRotationBytes = std::size_t{256} << 20;  // at least; 2x the L2 if larger
-constexpr std::size_t kCopyBytes = std::size_t{1} << 30;        // copy_GBps: a 1 GiB copy
-constexpr double kMeasurementBytes = 4.0 * (1u << 30);          // traffic of one measurement (~1 ms)
+constexpr std::size_t kCopyBytes = std::size_t{1} << 30;           // copy_GBps: a 1 GiB copy
+constexpr double kMeasurementBytes = 4.0 * (1u << 30);  // traffic of one measurement (~1 ms)
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda_bench: ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("cuda_bench: ") + what + ": " + cudaGetErrorString(e));
 }
 
 bool g_graph = false;              // --graph
 std::unique_ptr<Stream> g_stream;  // the CUDA stream every benchmark runs on
-std::size_t g_rotation_bytes = kMinRotationBytes;  // what the input sets of a benchmark hold together
+std::size_t g_rotation_bytes =
+    kMinRotationBytes;  // what the input sets of a benchmark hold together
 
 // The SM clock and the reasons it is held down, read through NVML, which the driver installs
 // (libnvidia-ml.so.1): loaded at run time so that the benchmark builds and runs without it.
@@ -76,9 +79,12 @@ class ClockMonitor {
       return;
     }
     auto init = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlInit_v2"));
-    auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
-    clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib_, "nvmlDeviceGetClockInfo"));
-    max_clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib_, "nvmlDeviceGetMaxClockInfo"));
+    auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(
+        dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock_ =
+        reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib_, "nvmlDeviceGetClockInfo"));
+    max_clock_ =
+        reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib_, "nvmlDeviceGetMaxClockInfo"));
     reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(
         dlsym(lib_, "nvmlDeviceGetCurrentClocksEventReasons"));
     if (!reasons_)  // the name before NVML 12.2
@@ -89,7 +95,8 @@ class ClockMonitor {
       why_ = "an NVML entry point is missing";
     } else if (init() != 0) {
       why_ = "nvmlInit failed";
-    } else if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess || by_bus(bus, &device_) != 0) {
+    } else if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess ||
+               by_bus(bus, &device_) != 0) {
       why_ = "no NVML device at the CUDA device's PCI bus id";
     }
   }
@@ -103,7 +110,8 @@ class ClockMonitor {
   Sample sample() const {
     Sample s;
     unsigned long long reasons = 0;
-    if (!available() || clock_(device_, kClockSm, &s.mhz) != 0 || reasons_(device_, &reasons) != 0) return {};
+    if (!available() || clock_(device_, kClockSm, &s.mhz) != 0 || reasons_(device_, &reasons) != 0)
+      return {};
     s.throttled = (reasons & kLimitReasons) != 0;
     return s;
   }
@@ -185,11 +193,11 @@ const std::vector<std::byte>& random_tile(DType dtype) {
   static std::map<DType, std::vector<std::byte>> tiles;
   auto it = tiles.find(dtype);
   if (it != tiles.end()) return it->second;
-  constexpr std::int64_t count = 1 << 20;
-  std::vector<std::byte> v(count * dtype_size(dtype));
+  constexpr std::int64_t kCount = 1 << 20;
+  std::vector<std::byte> v(kCount * dtype_size(dtype));
   std::mt19937 rng(static_cast<std::uint32_t>(dtype) + 1);
   std::uniform_real_distribution<double> dist(-1, 1);
-  for (std::int64_t i = 0; i < count; ++i) store_rounded(v.data(), dtype, i, dist(rng));
+  for (std::int64_t i = 0; i < kCount; ++i) store_rounded(v.data(), dtype, i, dist(rng));
   return tiles.emplace(dtype, std::move(v)).first->second;
 }
 
@@ -223,7 +231,8 @@ double copy_bandwidth() {
     DeviceBuffer dst = zero_buffer(kCopyBytes);
     EventTimer timer;
     auto copy = [&] {
-      check(cudaMemcpyAsync(dst.data(), src.data(), kCopyBytes, cudaMemcpyDeviceToDevice, native(stream)),
+      check(cudaMemcpyAsync(dst.data(), src.data(), kCopyBytes, cudaMemcpyDeviceToDevice,
+                            native(stream)),
             "cudaMemcpyAsync");
     };
     timer.seconds(native(stream), copy);  // warm-up
@@ -264,9 +273,11 @@ TensorSizes tensor_sizes(BenchOp op, const Shape& s) {
     case BenchOp::rope_backward: return {rows * h * d, 0, rows * h * d, 0};
     case BenchOp::rope_inplace: return {rows * h * d, 0, 0, 0};
     case BenchOp::kv_split:  // kv, k_pe -> key, value
-      return {rows * h * (s.k_dim + s.v_dim), rows * s.emb_dim, rows * h * (s.k_dim + s.emb_dim), rows * h * s.v_dim};
+      return {rows * h * (s.k_dim + s.v_dim), rows * s.emb_dim, rows * h * (s.k_dim + s.emb_dim),
+              rows * h * s.v_dim};
     case BenchOp::kv_split_backward:  // grad_key, grad_value -> grad_kv, grad_k_pe
-      return {rows * h * (s.k_dim + s.emb_dim), rows * h * s.v_dim, rows * h * (s.k_dim + s.v_dim), rows * s.emb_dim};
+      return {rows * h * (s.k_dim + s.emb_dim), rows * h * s.v_dim, rows * h * (s.k_dim + s.v_dim),
+              rows * s.emb_dim};
   }
   return {};
 }
@@ -280,7 +291,7 @@ struct Fixture {
   int reps = 0;
   std::unique_ptr<Graph> graph;  // --graph: `reps` calls, captured once
 
-  Fixture(BenchOp op_, const Shape& shape, Stream& stream) : op(op_), s(shape) {
+  Fixture(BenchOp bench_op, const Shape& shape, Stream& stream) : op(bench_op), s(shape) {
     const std::int64_t bytes = minimum_bytes(op, s);
     const int count = rotation_sets(bytes);
     reps = calls_per_measurement(bytes, count);
@@ -317,7 +328,8 @@ struct Fixture {
 
   template <class Void>
   BasicTensorView<Void> heads_view(Void* data, std::int64_t heads, std::int64_t width) const {
-    if (s.layout == TokenLayout::sbhd) return contiguous_view<Void>(data, s.dtype, {s.tokens, 1, heads, width});
+    if (s.layout == TokenLayout::sbhd)
+      return contiguous_view<Void>(data, s.dtype, {s.tokens, 1, heads, width});
     return contiguous_view<Void>(data, s.dtype, {s.tokens, heads, width});
   }
 
@@ -346,7 +358,8 @@ struct Fixture {
     Stream* st = &stream;
     switch (op) {
       case BenchOp::rope: {
-        const RopeCall c{heads_view<const void>(d.in0.data(), s.heads, dim), heads_view<void>(d.out0.data(), s.heads, dim), ra};
+        const RopeCall c{heads_view<const void>(d.in0.data(), s.heads, dim),
+                         heads_view<void>(d.out0.data(), s.heads, dim), ra};
         return [=] { mlarope::rope(c, *st); };
       }
       case BenchOp::rope_inplace: {
@@ -354,7 +367,8 @@ struct Fixture {
         return [=] { mlarope::rope_inplace(c, *st); };
       }
       case BenchOp::rope_backward: {
-        const RopeBackwardCall c{heads_view<const void>(d.in0.data(), s.heads, dim), heads_view<void>(d.out0.data(), s.heads, dim), ra};
+        const RopeBackwardCall c{heads_view<const void>(d.in0.data(), s.heads, dim),
+                                 heads_view<void>(d.out0.data(), s.heads, dim), ra};
         return [=] { mlarope::rope_backward(c, *st); };
       }
       case BenchOp::kv_split: {
@@ -365,7 +379,8 @@ struct Fixture {
         return [=] { mlarope::kv_split(c, *st); };
       }
       case BenchOp::kv_split_backward: {
-        const KvSplitBackwardCall c{heads_view<const void>(d.in0.data(), s.heads, s.k_dim + s.emb_dim),
+        const KvSplitBackwardCall c{heads_view<const void>(d.in0.data(), s.heads,
+                                                           s.k_dim + s.emb_dim),
                                     heads_view<const void>(d.in1.data(), s.heads, s.v_dim),
                                     heads_view<void>(d.out0.data(), s.heads, s.k_dim + s.v_dim),
                                     heads_view<void>(d.out1.data(), 1, s.emb_dim), ka};
@@ -415,14 +430,15 @@ Fixture& fixture_for(BenchOp op, const Shape& shape) {
 // the fraction of the floor. `seconds` is the sum of the iteration times (one call each).
 void set_counters(benchmark::State& state, std::int64_t bytes, double seconds) {
   state.SetBytesProcessed(state.iterations() * bytes);
-  const double achieved = seconds > 0 ? static_cast<double>(bytes) * state.iterations() / seconds : 0;
+  const double achieved =
+      seconds > 0 ? static_cast<double>(bytes) * state.iterations() / seconds : 0;
   state.counters["bytes"] = static_cast<double>(bytes);
   state.counters["GBps"] = achieved * 1e-9;
   state.counters["copy_GBps"] = copy_bandwidth() * 1e-9;
   state.counters["floor_fraction"] = achieved / copy_bandwidth();
 }
 
-void run_op(benchmark::State& state, BenchOp op, Shape shape) {
+void run_op(benchmark::State& state, BenchOp op, const Shape& shape) {
   try {
     Fixture& f = fixture_for(op, shape);
     Stream& stream = *g_stream;
@@ -430,7 +446,8 @@ void run_op(benchmark::State& state, BenchOp op, Shape shape) {
     ClockTally clocks;
     double seconds = 0;
     for (auto _ : state) {
-      const double per_call = timer.seconds(native(stream), [&] { f.enqueue_measurement(stream); }) / f.reps;
+      const double per_call =
+          timer.seconds(native(stream), [&] { f.enqueue_measurement(stream); }) / f.reps;
       state.SetIterationTime(per_call);
       seconds += per_call;
       clocks.add(g_clocks->sample());
@@ -444,7 +461,7 @@ void run_op(benchmark::State& state, BenchOp op, Shape shape) {
 
 // A device-to-device copy moving the same bytes as `op` (half read, half written), rotating
 // among sets that together hold g_rotation_bytes.
-void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
+void run_copy(benchmark::State& state, BenchOp op, const Shape& shape) {
   try {
     const std::int64_t bytes = minimum_bytes(op, shape);
     const std::size_t half = static_cast<std::size_t>(bytes / 2);
@@ -538,10 +555,12 @@ int main(int argc, char** argv) {
     g_clocks = std::make_unique<ClockMonitor>(device);
     if (g_clocks->available())
       benchmark::AddCustomContext("sm_clock_max_MHz", std::to_string(g_clocks->max_mhz()));
-    benchmark::AddCustomContext("clock_monitor", g_clocks->available()
-                                                     ? "NVML: sm_clock_MHz, sm_clock_min_MHz, throttled per benchmark"
-                                                     : "none: " + g_clocks->why_not());
-    benchmark::AddCustomContext("cuda_timing", g_graph ? "events, graph replay" : "events, stream launches");
+    benchmark::AddCustomContext(
+        "clock_monitor", g_clocks->available()
+                             ? "NVML: sm_clock_MHz, sm_clock_min_MHz, throttled per benchmark"
+                             : "none: " + g_clocks->why_not());
+    benchmark::AddCustomContext("cuda_timing",
+                                g_graph ? "events, graph replay" : "events, stream launches");
     benchmark::AddCustomContext("copy_GBps", std::to_string(copy_bandwidth() * 1e-9));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
@@ -554,13 +573,15 @@ int main(int argc, char** argv) {
     for (BenchOp op : ops) {
       const std::string label = to_string(op) + "/cuda/" + shape_label(shape);
       benchmark::RegisterBenchmark(label.c_str(), run_op, op, shape)
-          ->Unit(benchmark::kMicrosecond)->UseManualTime();
+          ->Unit(benchmark::kMicrosecond)
+          ->UseManualTime();
     }
   for (const Shape& shape : bench_shapes(full))
     for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::kv_split}) {
       const std::string label = to_string(op) + "/copy_cuda/" + shape_label(shape);
       benchmark::RegisterBenchmark(label.c_str(), run_copy, op, shape)
-          ->Unit(benchmark::kMicrosecond)->UseManualTime();
+          ->Unit(benchmark::kMicrosecond)
+          ->UseManualTime();
     }
 
   // Read before Initialize, which removes the flags it knows from argv.
@@ -569,7 +590,8 @@ int main(int argc, char** argv) {
   if (out_format.empty()) out_format = "json";
   std::unique_ptr<benchmark::BenchmarkReporter> display =
       plain_reporter(flag_value(argc, argv, "--benchmark_format"));
-  std::unique_ptr<benchmark::BenchmarkReporter> file = out.empty() ? nullptr : plain_reporter(out_format);
+  std::unique_ptr<benchmark::BenchmarkReporter> file =
+      out.empty() ? nullptr : plain_reporter(out_format);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks(display.get(), file.get());

@@ -13,14 +13,14 @@
 //     run this build's kernels under the GPU model and record their figures in the calibration
 //     rows: only while the kernels are the ones the rows measured
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <random>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
+#include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -99,17 +99,21 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--write")) write = true;
     else if (!std::strcmp(argv[i], "--record")) record = true;
     else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) devices = argv[++i];
-    else if (!std::strcmp(argv[i], "--carveout") && i + 1 < argc) carveouts = {std::atoi(argv[++i])};
+    else if (!std::strcmp(argv[i], "--carveout") && i + 1 < argc)
+      carveouts = {std::atoi(argv[++i])};
     else {
-      std::fprintf(stderr, "usage: fit_timing_model [--devices DIR] [--carveout KIB] [--write] | --record\n");
+      std::fprintf(
+          stderr,
+          "usage: fit_timing_model [--devices DIR] [--carveout KIB] [--write] | --record\n");
       return 2;
     }
   }
   try {
     if (record) {
       record_calibration_model(devices);
-      std::printf("recorded the model's figures of this build's kernels in %s/h200.calibration.json\n",
-                  devices.c_str());
+      std::printf(
+          "recorded the model's figures of this build's kernels in %s/h200.calibration.json\n",
+          devices.c_str());
       return 0;
     }
     const std::vector<CalibrationRow> rows = calibration_rows(devices);
@@ -127,27 +131,33 @@ int main(int argc, char** argv) {
         if (s < here) here = s, best_here = d;
       }
       best_here = descend(rows, best_here);
-      if (score(rows, best_here) < best_score) best_score = score(rows, best_here), best = best_here;
+      if (score(rows, best_here) < best_score)
+        best_score = score(rows, best_here), best = best_here;
     }
     const CalibrationErrors e = calibration_errors(rows, best);
-    std::printf("fit: shared_carveout_bytes %d, dram_latency %s s, latency_load_factor %s, l2_latency %s s, "
-                "launch_overhead %s s, copy_overhead %s s, dram_density_exponent %s, phase_tail %s s\n",
-                best.shared_carveout_bytes, g(best.dram_latency).c_str(), g(best.latency_load_factor).c_str(),
-                g(best.l2_latency).c_str(), g(best.launch_overhead).c_str(), g(best.copy_overhead).c_str(),
-                g(best.dram_density_exponent).c_str(), g(best.phase_tail).c_str());
+    std::printf(
+        "fit: shared_carveout_bytes %d, dram_latency %s s, latency_load_factor %s, l2_latency %s "
+        "s, "
+        "launch_overhead %s s, copy_overhead %s s, dram_density_exponent %s, phase_tail %s s\n",
+        best.shared_carveout_bytes, g(best.dram_latency).c_str(),
+        g(best.latency_load_factor).c_str(), g(best.l2_latency).c_str(),
+        g(best.launch_overhead).c_str(), g(best.copy_overhead).c_str(),
+        g(best.dram_density_exponent).c_str(), g(best.phase_tail).c_str());
     std::printf("errors: median %.1f%%, largest %.1f%%\n", 100 * e.median, 100 * e.largest);
     for (std::size_t i = 0; i < rows.size(); ++i)
-      std::printf("  %-18s %-22s measured %7.1f us, predicted %7.1f us (%+.1f%%)\n", rows[i].op.c_str(),
-                  rows[i].shape.c_str(), rows[i].seconds * 1e6,
+      std::printf("  %-18s %-22s measured %7.1f us, predicted %7.1f us (%+.1f%%)\n",
+                  rows[i].op.c_str(), rows[i].shape.c_str(), rows[i].seconds * 1e6,
                   predict_time(rows[i].stats, rows[i].kernel, best, rows[i].bytes).seconds * 1e6,
-                  100 * (predict_time(rows[i].stats, rows[i].kernel, best, rows[i].bytes).seconds / rows[i].seconds - 1));
+                  100 * (predict_time(rows[i].stats, rows[i].kernel, best, rows[i].bytes).seconds /
+                             rows[i].seconds -
+                         1));
     if (write) {
       const std::string path = devices + "/h200.json";
       std::ifstream in(path);
       std::stringstream text;
       text << in.rdbuf();
       std::string json = text.str();
-      const auto set = [&](const char* key, const std::string& value) {  // the value after "key": 
+      const auto set = [&](const char* key, const std::string& value) {  // the value after "key":
         const std::string field = std::string("\"") + key + "\": ";
         const std::size_t at = json.find(field);
         if (at == std::string::npos) throw std::runtime_error(path + ": no field " + key);

@@ -43,7 +43,8 @@ void report(benchmark::State& state, std::int64_t bytes_moved) {
 }
 
 void copy_bytes(benchmark::State& state, std::int64_t bytes) {
-  std::vector<unsigned char> src(static_cast<std::size_t>(bytes), 1), dst(static_cast<std::size_t>(bytes));
+  std::vector<unsigned char> src(static_cast<std::size_t>(bytes), 1),
+      dst(static_cast<std::size_t>(bytes));
   for (auto _ : state) {
     std::memcpy(dst.data(), src.data(), src.size());
     benchmark::DoNotOptimize(dst.data());
@@ -89,7 +90,8 @@ void BM_MemcpyKvSplitBytes(benchmark::State& state) { copy_bytes(state, kv_split
 void BM_HostKvSplitBf16Thd(benchmark::State& state) {
   Stream stream = Stream::host({1, static_cast<int>(state.range(0))});
   DeviceBuffer kv = bf16_buffer(kRows * kHeads * (kK + kV)), k_pe = bf16_buffer(kRows * kEmb);
-  DeviceBuffer key = bf16_buffer(kRows * kHeads * (kK + kEmb)), value = bf16_buffer(kRows * kHeads * kV);
+  DeviceBuffer key = bf16_buffer(kRows * kHeads * (kK + kEmb)),
+               value = bf16_buffer(kRows * kHeads * kV);
   DeviceBuffer cu(BackendKind::host, 8);
   const std::int32_t cu_host[2] = {0, static_cast<std::int32_t>(kRows)};
   cu.copy_from_host(cu_host, sizeof cu_host);
@@ -114,9 +116,19 @@ void BM_HostKvSplitBf16Thd(benchmark::State& state) {
 }
 
 BENCHMARK(BM_MemcpyRopeBytes)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_HostRopeBf16Sbhd)->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_HostRopeBf16Sbhd)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_MemcpyKvSplitBytes)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_HostKvSplitBf16Thd)->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_HostKvSplitBf16Thd)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace mlarope

@@ -12,10 +12,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -31,11 +31,11 @@
 #include "backends/case_run.h"
 #include "backends/device_backend.h"
 #include "bench_calls.h"
+#include "command_line.h"
 #include "compare.h"
 #include "io/junit.h"
 #include "mlarope/error.h"
 #include "mlarope/timing.h"
-#include "command_line.h"
 #include "shapes.h"
 
 using namespace mlarope;
@@ -65,7 +65,8 @@ double copy_bandwidth() {
     for (int i = 0; i < 9; ++i) {
       const auto start = std::chrono::steady_clock::now();
       parallel_copy(b.data(), a.data(), bytes);
-      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(seconds.begin(), seconds.end());
     return 2.0 * bytes / seconds[seconds.size() / 2];
@@ -77,7 +78,8 @@ double copy_bandwidth() {
 // the floor (bytes / copy bandwidth) over the time taken.
 void set_counters(benchmark::State& state, std::int64_t bytes, double seconds) {
   state.SetBytesProcessed(state.iterations() * bytes);
-  const double achieved = seconds > 0 ? static_cast<double>(bytes) * state.iterations() / seconds : 0;
+  const double achieved =
+      seconds > 0 ? static_cast<double>(bytes) * state.iterations() / seconds : 0;
   state.counters["bytes"] = static_cast<double>(bytes);
   state.counters["GBps"] = achieved * 1e-9;
   state.counters["copy_GBps"] = copy_bandwidth() * 1e-9;
@@ -120,12 +122,14 @@ std::vector<std::unique_ptr<Fixture>>& fixtures_for(const Shape& shape, int sets
     std::size_t total = 0;
     for (const auto& [_, e] : cache) total += e.bytes;
     const std::size_t per_set = entry.fixtures.empty() ? 0 : entry.bytes / entry.fixtures.size();
-    if (total + per_set * (sets - std::min<std::size_t>(sets, entry.fixtures.size())) <= kFixtureBudget ||
+    if (total + per_set * (sets - std::min<std::size_t>(sets, entry.fixtures.size())) <=
+            kFixtureBudget ||
         cache.size() == 1)
       break;
     auto oldest = cache.end();
     for (auto it = cache.begin(); it != cache.end(); ++it)
-      if (it->first != wanted && (oldest == cache.end() || it->second.used < oldest->second.used)) oldest = it;
+      if (it->first != wanted && (oldest == cache.end() || it->second.used < oldest->second.used))
+        oldest = it;
     cache.erase(oldest);
   }
   while (static_cast<int>(entry.fixtures.size()) < sets) {
@@ -150,7 +154,8 @@ const ModelFigures& model_figures(BenchOp op, const Shape& shape, Fixture& fixtu
   const std::string key = to_string(op) + "/" + shape_label(shape);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   const harness::Backend model =
-      harness::host_backend(0, harness::HostMode::gpu_model, std::max<std::int64_t>(1, shape.tokens / 64));
+      harness::host_backend(0, harness::HostMode::gpu_model,
+                            std::max<std::int64_t>(1, shape.tokens / 64));
   make_call(op, fixture, model)();
   static const DeviceProfile h200 = device_profile("h200");
   ModelLaunchStats total;
@@ -158,15 +163,18 @@ const ModelFigures& model_figures(BenchOp op, const Shape& shape, Fixture& fixtu
   for (const ModelLaunchStats& s : model.take_model_stats()) {
     total.useful_bytes += s.useful_bytes;
     total.warp_sector_bytes += s.warp_sector_bytes;
-    const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, minimum_bytes(op, shape));
+    const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200,
+                                          minimum_bytes(op, shape));
     total.dram_bytes += static_cast<std::int64_t>(p.dram_bytes);
     const double seconds = f.h200.seconds + p.seconds;
     f.h200 = p;
     f.h200.seconds = seconds;
   }
-  f.h200.floor_fraction = static_cast<double>(minimum_bytes(op, shape)) / h200.copy_bandwidth / f.h200.seconds;
+  f.h200.floor_fraction =
+      static_cast<double>(minimum_bytes(op, shape)) / h200.copy_bandwidth / f.h200.seconds;
   f.sector_efficiency = total.sector_efficiency();
-  f.dram_fraction = static_cast<double>(total.dram_bytes) / static_cast<double>(minimum_bytes(op, shape));
+  f.dram_fraction =
+      static_cast<double>(total.dram_bytes) / static_cast<double>(minimum_bytes(op, shape));
   return cache[key] = f;
 }
 
@@ -182,14 +190,16 @@ void set_model_counters(benchmark::State& state, const TimePrediction& p) {
   }
 }
 
-void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend backend) {
+void run_op(benchmark::State& state, BenchOp op, const Shape& shape,
+            const harness::Backend& backend) {
   const std::int64_t bytes = minimum_bytes(op, shape);
   const int sets = rotation_sets(bytes);
   std::vector<std::unique_ptr<Fixture>>& fixtures = fixtures_for(shape, sets);
   std::vector<std::function<void()>> calls;
+  calls.reserve(static_cast<std::size_t>(sets));
   for (int i = 0; i < sets; ++i) calls.push_back(make_call(op, *fixtures[i], backend));
   try {
-    for (auto& call : calls) call();  // warm-up
+    for (auto& call : calls) call();         // warm-up
   } catch (const harness::Unsupported& e) {  // a plugin declining the shape: shown, not timed
     state.SkipWithError((std::string("not supported: ") + e.what()).c_str());
     return;
@@ -199,7 +209,8 @@ void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend b
   const double seconds = timed_loop(state, [&] { calls[next++ % calls.size()](); });
   set_counters(state, bytes, seconds);
   static const bool with_model = std::getenv("MLAROPE_BENCH_NO_MODEL") == nullptr;
-  if (backend.name == "host" && with_model) {  // what the same kernels would do on a GPU, by the models
+  if (backend.name == "host" &&
+      with_model) {  // what the same kernels would do on a GPU, by the models
     const ModelFigures& f = model_figures(op, shape, *fixtures.front());
     state.counters["model_sector_efficiency"] = f.sector_efficiency;
     state.counters["model_dram_fraction"] = f.dram_fraction;
@@ -208,7 +219,7 @@ void run_op(benchmark::State& state, BenchOp op, Shape shape, harness::Backend b
 }
 
 // A plain parallel copy moving the same bytes as `op` (half read, half written).
-void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
+void run_copy(benchmark::State& state, BenchOp op, const Shape& shape) {
   const std::int64_t bytes = minimum_bytes(op, shape);
   const int sets = rotation_sets(bytes);
   std::vector<char> src(sets * (bytes / 2), 1), dst(sets * (bytes / 2), 0);
@@ -229,7 +240,8 @@ void run_copy(benchmark::State& state, BenchOp op, Shape shape) {
 void strided_touch(char* base, const Shape& s) {
   const std::size_t e = dtype_size(s.dtype);
   const std::size_t head = static_cast<std::size_t>(s.nope_dim + s.emb_dim) * e;
-  const std::size_t nope = static_cast<std::size_t>(s.nope_dim) * e, slice = static_cast<std::size_t>(s.emb_dim) * e;
+  const std::size_t nope = static_cast<std::size_t>(s.nope_dim) * e,
+                    slice = static_cast<std::size_t>(s.emb_dim) * e;
   const std::int64_t heads = s.tokens * s.heads;
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> pool;
@@ -250,13 +262,15 @@ void strided_touch(char* base, const Shape& s) {
 
 void run_strided_floor(benchmark::State& state, Shape shape) {
   const std::int64_t bytes = minimum_bytes(BenchOp::rope_inplace, shape);
-  const std::size_t tensor = static_cast<std::size_t>(shape.tokens * shape.heads * (shape.nope_dim + shape.emb_dim)) *
-                             dtype_size(shape.dtype);
+  const std::size_t tensor =
+      static_cast<std::size_t>(shape.tokens * shape.heads * (shape.nope_dim + shape.emb_dim)) *
+      dtype_size(shape.dtype);
   const int sets = rotation_sets(bytes);
   std::vector<char> buffer(sets * tensor, 1);
   copy_bandwidth();
   std::int64_t next = 0;
-  const double seconds = timed_loop(state, [&] { strided_touch(buffer.data() + (next++ % sets) * tensor, shape); });
+  const double seconds =
+      timed_loop(state, [&] { strided_touch(buffer.data() + (next++ % sets) * tensor, shape); });
   set_counters(state, bytes, seconds);
 }
 
@@ -276,7 +290,9 @@ std::string take_value(int& argc, char** argv, const std::string& flag) {
 // A backend name usable in a benchmark label: characters other than [A-Za-z0-9_.:-] become _.
 std::string label_name(std::string name) {
   for (char& ch : name)
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != ':' && ch != '-') ch = '_';
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != ':' &&
+        ch != '-')
+      ch = '_';
   return name;
 }
 
@@ -293,8 +309,8 @@ std::string cpu_model() {
   return "";
 }
 
-const std::vector<BenchOp> kOps = {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward, BenchOp::kv_split,
-                                   BenchOp::kv_split_backward};
+const std::vector<BenchOp> kOps = {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward,
+                                   BenchOp::kv_split, BenchOp::kv_split_backward};
 
 // The floor fraction of every repetition of each benchmark, keyed by its name without the
 // "/real_time" suffix, while the console shows the runs as usual.
@@ -307,7 +323,8 @@ class SampleCollector : public benchmark::ConsoleReporter {
         if (it == run.counters.end()) continue;
         std::string name = run.benchmark_name();
         const std::string suffix = "/real_time";
-        if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        if (name.size() > suffix.size() &&
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
           name.resize(name.size() - suffix.size());
         samples[name].push_back(it->second.value);
       }
@@ -320,13 +337,16 @@ class SampleCollector : public benchmark::ConsoleReporter {
 // "op/change/shape", run with repetitions in random interleaving; the keys "op/compare/shape"
 // compared; the SLOWER ones measured once more (a second look must repeat them). Returns the
 // gate's exit status.
-int run_compare(const harness::Backend& a, const harness::Backend& b, bool full, const std::string& out_dir) {
+int run_compare(const harness::Backend& a, const harness::Backend& b, bool full,
+                const std::string& out_dir) {
   for (const Shape& shape : bench_shapes(full))
     for (const harness::Backend* backend : {&a, &b})
       for (BenchOp op : kOps) {
-        const std::string label = to_string(op) + "/" + (backend == &a ? "base" : "change") + "/" + shape_label(shape);
+        const std::string label =
+            to_string(op) + "/" + (backend == &a ? "base" : "change") + "/" + shape_label(shape);
         benchmark::RegisterBenchmark(label.c_str(), run_op, op, shape, *backend)
-            ->Unit(benchmark::kMillisecond)->UseRealTime();
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
       }
   const auto measure = [&](const std::string& filter) {  // "": the command line's filter
     SampleCollector collector;
@@ -346,21 +366,25 @@ int run_compare(const harness::Backend& a, const harness::Backend& b, bool full,
     std::string filter;  // the SLOWER keys' two sides, nothing else
     for (const std::string& key : result.slower_keys()) {
       const std::size_t first = key.find('/'), second = key.find('/', first + 1);
-      filter += std::string(filter.empty() ? "" : "|") + "^" + key.substr(0, first) + "/(base|change)" +
-                key.substr(second) + "/";
+      filter += std::string(filter.empty() ? "" : "|") + "^" + key.substr(0, first) +
+                "/(base|change)" + key.substr(second) + "/";
     }
-    std::cout << "\nmlarope_bench: " << result.slower_keys().size() << " keys SLOWER; measuring them once more\n";
+    std::cout << "\nmlarope_bench: " << result.slower_keys().size()
+              << " keys SLOWER; measuring them once more\n";
     result = reports::confirm(result, measure(filter));
   }
-  const std::string md = "# mlarope_bench --compare " + a.name + " " + b.name + "\n\nbase = " + a.name +
-                         ", change = " + b.name + "\n\n" + reports::comparison_markdown(result);
+  const std::string md = "# mlarope_bench --compare " + a.name + " " + b.name +
+                         "\n\nbase = " + a.name + ", change = " + b.name + "\n\n" +
+                         reports::comparison_markdown(result);
   std::cout << "\n" << md;
   if (!out_dir.empty()) {
     std::filesystem::create_directories(out_dir);
-    std::ofstream(std::filesystem::path(out_dir) / "compare.json") << reports::to_json(result).dump(1) << "\n";
+    std::ofstream(std::filesystem::path(out_dir) / "compare.json")
+        << reports::to_json(result).dump(1) << "\n";
     std::ofstream(std::filesystem::path(out_dir) / "summary.md") << md;
-    harness::write_junit((std::filesystem::path(out_dir) / "junit.xml").string(),
-                         {reports::junit_suite(result, "mlarope_bench --compare " + a.name + " " + b.name)});
+    harness::write_junit(
+        (std::filesystem::path(out_dir) / "junit.xml").string(),
+        {reports::junit_suite(result, "mlarope_bench --compare " + a.name + " " + b.name)});
   }
   reports::GateResult gate;
   gate.comparison = result;
@@ -402,7 +426,8 @@ int run_model_cost(bool full, double limit) {
   for (const Shape& shape : bench_shapes(full))
     for (BenchOp op : kOps) cases.emplace_back(op, shape);
   cases.emplace_back(BenchOp::rope, many_sequences_shape());
-  std::printf("| op | shape | fast ms | model ms | model / fast | model state MiB | op's bytes MiB | index loads |\n"
+  std::printf("| op | shape | fast ms | model ms | model / fast | model state MiB | op's bytes MiB "
+              "| index loads |\n"
               "|---|---|---:|---:|---:|---:|---:|---:|\n");
   int status = 0;
   for (const auto& [op, shape] : cases) {
@@ -410,6 +435,7 @@ int run_model_cost(bool full, double limit) {
     const std::function<void()> fast_call = make_call(op, fixture, fast);
     fast_call();
     std::vector<double> times;
+    times.reserve(5);
     for (int i = 0; i < 5; ++i) times.push_back(seconds_of(fast_call));
     std::sort(times.begin(), times.end());
     const double model_seconds = seconds_of(make_call(op, fixture, model));
@@ -418,12 +444,15 @@ int run_model_cost(bool full, double limit) {
       state = std::max(state, m.model_bytes), index_loads += m.index_loads;
     const double ratio = model_seconds / times[2];
     std::printf("| %s | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %lld |\n", to_string(op).c_str(),
-                shape_label(shape).c_str(), times[2] * 1e3, model_seconds * 1e3, ratio, state / 1048576.0,
-                minimum_bytes(op, shape) / 1048576.0, static_cast<long long>(index_loads));
+                shape_label(shape).c_str(), times[2] * 1e3, model_seconds * 1e3, ratio,
+                state / 1048576.0, minimum_bytes(op, shape) / 1048576.0,
+                static_cast<long long>(index_loads));
     std::fflush(stdout);
     if (ratio > limit) status = 1;
   }
-  if (status != 0) std::fprintf(stderr, "mlarope_bench: a call's model time is over %g times its fast time\n", limit);
+  if (status != 0)
+    std::fprintf(stderr, "mlarope_bench: a call's model time is over %g times its fast time\n",
+                 limit);
   return status;
 }
 
@@ -449,7 +478,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--compare") {
       if (i + 2 >= argc) {
-        std::fprintf(stderr, "mlarope_bench: --compare takes two backends: --compare BASE CHANGE\n");
+        std::fprintf(stderr,
+                     "mlarope_bench: --compare takes two backends: --compare BASE CHANGE\n");
         return 2;
       }
       compare = {argv[i + 1], argv[i + 2]};
@@ -470,14 +500,18 @@ int main(int argc, char** argv) {
         "mlarope_bench [--full] [--backend=plugin:PATH.so] [Google Benchmark flags]\n"
         "  default: smoke set (T=1K); --full: T 1K..16K, both models, both layouts\n"
         "  --backend=plugin:PATH.so: also time a kernel plugin (include/mlarope/plugin.h)\n"
-        "mlarope_bench --compare BASE CHANGE [--compare-out=DIR] [--full] [Google Benchmark flags]\n"
+        "mlarope_bench --compare BASE CHANGE [--compare-out=DIR] [--full] [Google Benchmark "
+        "flags]\n"
         "  time two backends (host, reference, plugin:PATH.so) interleaved, 9 repetitions each in\n"
-        "  random order (unless the flags say otherwise), and gate CHANGE against BASE key by key:\n"
-        "  exit status 1 when a key is SLOWER twice (p < 0.002 after Holm and a drop beyond 10%%),\n"
+        "  random order (unless the flags say otherwise), and gate CHANGE against BASE key by "
+        "key:\n"
+        "  exit status 1 when a key is SLOWER twice (p < 0.002 after Holm and a drop beyond "
+        "10%%),\n"
         "  3 when a key is UNKNOWN; --compare-out writes compare.json, summary.md and junit.xml\n"
         "mlarope_bench --model-cost [--full]\n"
         "  the checking mode's price: each op and shape (and rope on 70,000 sequences of 2 rows)\n"
-        "  once under the host backend's GPU model against the fast mode's median of 5; a Markdown\n"
+        "  once under the host backend's GPU model against the fast mode's median of 5; a "
+        "Markdown\n"
         "  table; exit status 1 when the model takes more than 50 times the fast mode\n");
     return 0;
   }
@@ -492,7 +526,8 @@ int main(int argc, char** argv) {
       // Nine repetitions in random order unless the command line sets them: Initialize reads
       // argv, so the defaults go in front of what the user gave.
       std::vector<char*> args(argv, argv + argc);
-      static char reps[] = "--benchmark_repetitions=9", interleave[] = "--benchmark_enable_random_interleaving=true",
+      static char reps[] = "--benchmark_repetitions=9",
+                  interleave[] = "--benchmark_enable_random_interleaving=true",
                   min_time[] = "--benchmark_min_time=0.05";
       args.insert(args.begin() + 1, {reps, interleave, min_time});
       int count = static_cast<int>(args.size());
@@ -511,7 +546,9 @@ int main(int argc, char** argv) {
     if (name != "cuda") backends.push_back(bench_backend(name));  // CUDA: cuda_bench
   if (!plugin.empty()) {
     if (plugin.rfind("plugin:", 0) != 0) {
-      std::fprintf(stderr, "mlarope_bench: --backend takes plugin:PATH.so (the built-in backends always run)\n");
+      std::fprintf(
+          stderr,
+          "mlarope_bench: --backend takes plugin:PATH.so (the built-in backends always run)\n");
       return 2;
     }
     try {
@@ -526,18 +563,21 @@ int main(int argc, char** argv) {
       for (BenchOp op : kOps) {
         const std::string label = to_string(op) + "/" + backend.name + "/" + shape_label(shape);
         benchmark::RegisterBenchmark(label.c_str(), run_op, op, shape, backend)
-            ->Unit(benchmark::kMillisecond)->UseRealTime();
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
       }
   for (const Shape& shape : bench_shapes(full))
     for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::kv_split}) {
       const std::string label = to_string(op) + "/copy/" + shape_label(shape);
       benchmark::RegisterBenchmark(label.c_str(), run_copy, op, shape)
-          ->Unit(benchmark::kMillisecond)->UseRealTime();
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     }
   for (const Shape& shape : bench_shapes(full)) {
     const std::string label = "rope_inplace/strided_floor/" + shape_label(shape);
     benchmark::RegisterBenchmark(label.c_str(), run_strided_floor, shape)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

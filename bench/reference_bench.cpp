@@ -26,8 +26,8 @@ struct RopeFixture {
   std::vector<float> cos, sin;
 
   explicit RopeFixture(DType d)
-      : dtype(d), t(kElements * dtype_size(d)), out(kElements * dtype_size(d)),
-        cos(kSeq * kEmb), sin(kSeq * kEmb) {
+      : dtype(d), t(kElements * dtype_size(d)), out(kElements * dtype_size(d)), cos(kSeq * kEmb),
+        sin(kSeq * kEmb) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<double> dist(-1.0, 1.0);
     for (std::int64_t i = 0; i < kElements; ++i) store_rounded(t.data(), dtype, i, dist(rng));
@@ -54,7 +54,8 @@ struct RopeFixture {
 void set_counters(benchmark::State& state, DType dtype) {
   state.SetItemsProcessed(state.iterations() * kElements);
   // Minimum traffic: read t and the table rows once, write out once.
-  const std::int64_t bytes = 2 * kElements * dtype_size(dtype) + 2 * kSeq * kEmb * 4;
+  const std::int64_t bytes =
+      2 * kElements * static_cast<std::int64_t>(dtype_size(dtype)) + 2 * kSeq * kEmb * 4;
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 
@@ -82,8 +83,12 @@ void BM_Copy(benchmark::State& state, DType dtype) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_ReferenceRope, sbhd_bf16, DType::bf16)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_ReferenceRope, sbhd_f32, DType::f32)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_ReferenceRope, sbhd_bf16, DType::bf16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ReferenceRope, sbhd_f32, DType::f32)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Copy, sbhd_bf16, DType::bf16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Copy, sbhd_f32, DType::f32)->Unit(benchmark::kMillisecond)->UseRealTime();
 

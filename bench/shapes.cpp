@@ -23,11 +23,15 @@ std::int64_t minimum_bytes(BenchOp op, const Shape& s) {
     case BenchOp::rope_backward: return 2 * rows * h * (s.nope_dim + s.emb_dim) * e + table;
     case BenchOp::rope_inplace: return 2 * rows * h * s.emb_dim * e + table;
     case BenchOp::kv_split:  // read kv, k_pe; write key, value
-      return (rows * h * (s.k_dim + s.v_dim) + rows * s.emb_dim +
-              rows * h * (s.k_dim + s.emb_dim) + rows * h * s.v_dim) * e + table;
+      return (rows * h * (s.k_dim + s.v_dim) + rows * s.emb_dim + rows * h * (s.k_dim + s.emb_dim) +
+              rows * h * s.v_dim) *
+                 e +
+             table;
     case BenchOp::kv_split_backward:  // read grad_key, grad_value; write grad_kv, grad_k_pe
       return (rows * h * (s.k_dim + s.emb_dim) + rows * h * s.v_dim +
-              rows * h * (s.k_dim + s.v_dim) + rows * s.emb_dim) * e + table;
+              rows * h * (s.k_dim + s.v_dim) + rows * s.emb_dim) *
+                 e +
+             table;
   }
   return 0;
 }
@@ -36,7 +40,8 @@ std::vector<std::int32_t> mixed_cu_seqlens(std::int64_t tokens) {
   // A few long sequences take half the tokens; the rest are short ones of 37..100 tokens.
   std::vector<std::int32_t> cu = {0};
   std::int64_t used = 0;
-  for (int i = 0; i < 2 && used + tokens / 4 <= tokens; ++i) cu.push_back(static_cast<std::int32_t>(used += tokens / 4));
+  for (int i = 0; i < 2 && used + tokens / 4 <= tokens; ++i)
+    cu.push_back(static_cast<std::int32_t>(used += tokens / 4));
   for (std::int64_t len = 37; used < tokens; len = 37 + (len * 7) % 64) {
     used = std::min(tokens, used + len);
     cu.push_back(static_cast<std::int32_t>(used));
@@ -60,7 +65,8 @@ std::vector<Shape> bench_shapes(bool full) {
           s.nope_dim = 128, s.emb_dim = 64, s.k_dim = 128, s.v_dim = 128;
           s.dtype = dtype;
           if (layout == TokenLayout::thd) s.cu_seqlens = mixed_cu_seqlens(tokens);
-          if (!full && (s.model == "small" || dtype == DType::f32) && layout == TokenLayout::thd) continue;
+          if (!full && (s.model == "small" || dtype == DType::f32) && layout == TokenLayout::thd)
+            continue;
           shapes.push_back(s);
         }
   return shapes;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Benchmark shapes and the minimum memory traffic of each op (the performance model of docs/architecture.md).
+// Benchmark shapes and the minimum memory traffic of each op (the performance model of
+// docs/architecture.md).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@ enum class BenchOp { rope, rope_inplace, rope_backward, kv_split, kv_split_backw
 
 /// One benchmark shape.
 struct Shape {
-  std::string model;        ///< "dsv3" (H=128) or "small" (H=16)
+  std::string model;  ///< "dsv3" (H=128) or "small" (H=16)
   TokenLayout layout = TokenLayout::sbhd;
   std::int64_t tokens = 0;  ///< S (B = 1) or T
   std::int64_t heads = 0, nope_dim = 0, emb_dim = 0, k_dim = 0, v_dim = 0;

@@ -26,8 +26,8 @@ std::string read_file(const std::string& path) {
 }
 
 BenchOp op_named(const std::string& name) {
-  for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward, BenchOp::kv_split,
-                     BenchOp::kv_split_backward})
+  for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward,
+                     BenchOp::kv_split, BenchOp::kv_split_backward})
     if (to_string(op) == name) return op;
   throw Error("calibration: unknown op " + name);
 }
@@ -40,13 +40,20 @@ Shape shape_labelled(const std::string& label) {
 
 // The fields of ModelLaunchStats the timing model reads, as JSON and back.
 nlohmann::json stats_json(const ModelLaunchStats& s) {
-  return {{"kernel", s.kernel},           {"blocks", s.blocks},
-          {"threads", s.threads},         {"blocks_observed", s.blocks_observed},
-          {"blocks_run", s.blocks_run},   {"round_trips", s.round_trips},
-          {"index_round_trips", s.index_round_trips}, {"load_phases", s.load_phases},
-          {"load_batches", s.load_batches}, {"loaded_bytes", s.loaded_bytes},
-          {"stored_bytes", s.stored_bytes}, {"dram_bytes", s.dram_bytes},
-          {"dram_chunks", s.dram_chunks}, {"touched_bytes", s.touched_bytes}};
+  return {{"kernel", s.kernel},
+          {"blocks", s.blocks},
+          {"threads", s.threads},
+          {"blocks_observed", s.blocks_observed},
+          {"blocks_run", s.blocks_run},
+          {"round_trips", s.round_trips},
+          {"index_round_trips", s.index_round_trips},
+          {"load_phases", s.load_phases},
+          {"load_batches", s.load_batches},
+          {"loaded_bytes", s.loaded_bytes},
+          {"stored_bytes", s.stored_bytes},
+          {"dram_bytes", s.dram_bytes},
+          {"dram_chunks", s.dram_chunks},
+          {"touched_bytes", s.touched_bytes}};
 }
 
 ModelLaunchStats stats_from(const nlohmann::json& j) {
@@ -71,8 +78,10 @@ ModelLaunchStats stats_from(const nlohmann::json& j) {
 }  // namespace
 
 std::vector<CalibrationRow> calibration_rows(const std::string& devices_dir) {
-  const nlohmann::json measured = nlohmann::json::parse(read_file(devices_dir + "/h200.calibration.json"));
-  const std::vector<KernelResource> ptxas = parse_ptxas(read_file(devices_dir + "/h200.calibration.ptxas.txt"));
+  const nlohmann::json measured =
+      nlohmann::json::parse(read_file(devices_dir + "/h200.calibration.json"));
+  const std::vector<KernelResource> ptxas =
+      parse_ptxas(read_file(devices_dir + "/h200.calibration.ptxas.txt"));
   std::vector<CalibrationRow> rows;
   for (const nlohmann::json& m : measured.at("rows")) {
     CalibrationRow row;
@@ -81,7 +90,8 @@ std::vector<CalibrationRow> calibration_rows(const std::string& devices_dir) {
     row.seconds = m.at("time_us").get<double>() * 1e-6;
     row.copy_fraction = m.value("copy_fraction", -1.0);
     row.bytes = minimum_bytes(op_named(row.op), shape_labelled(row.shape));
-    if (!m.contains("model")) throw Error("calibration: " + row.op + " " + row.shape + " has no recorded model figures");
+    if (!m.contains("model"))
+      throw Error("calibration: " + row.op + " " + row.shape + " has no recorded model figures");
     try {
       row.stats = stats_from(m.at("model"));
     } catch (const nlohmann::json::exception& e) {
@@ -100,16 +110,20 @@ void record_calibration_model(const std::string& devices_dir) {
     const BenchOp op = op_named(m.at("op").get<std::string>());
     const Shape shape = shape_labelled(m.at("shape").get<std::string>());
     Fixture fixture(shape);
-    const harness::Backend model = harness::host_backend(0, harness::HostMode::gpu_model, kBlockStride);
+    const harness::Backend model =
+        harness::host_backend(0, harness::HostMode::gpu_model, kBlockStride);
     make_call(op, fixture, model)();
     const std::vector<ModelLaunchStats> launches = model.take_model_stats();
-    if (launches.size() != 1) throw Error("calibration: " + to_string(op) + " " + shape_label(shape) + " is not one launch");
+    if (launches.size() != 1)
+      throw Error("calibration: " + to_string(op) + " " + shape_label(shape) +
+                  " is not one launch");
     m["model"] = stats_json(launches.front());
   }
   std::ofstream(path) << measured.dump(1) << "\n";
 }
 
-CalibrationErrors calibration_errors(const std::vector<CalibrationRow>& rows, const DeviceProfile& device) {
+CalibrationErrors calibration_errors(const std::vector<CalibrationRow>& rows,
+                                     const DeviceProfile& device) {
   CalibrationErrors e;
   std::vector<double> all;
   for (const CalibrationRow& row : rows) {
@@ -119,7 +133,8 @@ CalibrationErrors calibration_errors(const std::vector<CalibrationRow>& rows, co
   }
   for (const CalibrationRow& row : rows)
     if (row.copy_fraction > 0) {
-      e.copy.push_back(std::fabs(predict_copy_time(row.bytes, device).floor_fraction / row.copy_fraction - 1));
+      e.copy.push_back(
+          std::fabs(predict_copy_time(row.bytes, device).floor_fraction / row.copy_fraction - 1));
       all.push_back(e.copy.back());
     }
   std::sort(all.begin(), all.end());

@@ -40,6 +40,7 @@ struct CalibrationErrors {
   std::vector<double> time, copy;
   double median = 0, largest = 0;  ///< over both
 };
-CalibrationErrors calibration_errors(const std::vector<CalibrationRow>& rows, const DeviceProfile& device);
+CalibrationErrors calibration_errors(const std::vector<CalibrationRow>& rows,
+                                     const DeviceProfile& device);
 
 }  // namespace mlarope::bench

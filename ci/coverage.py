@@ -24,6 +24,7 @@ uncovered lines and branch outcomes) and OUT_DIR/coverage.txt (the table, the un
 the exclusions); prints the table; exits 1 when a file is below the baseline (half a point of
 slack) or an exclusion has no reason, 2 on bad input. --record writes the baseline instead.
 """
+
 import argparse
 import concurrent.futures
 import json
@@ -46,9 +47,20 @@ def measured(path):
 
 def gcov_json(gcda):
     """gcov's JSON for one object's counts (the current directory does not matter: --stdout)."""
-    out = subprocess.run(["gcov", "--json-format", "--stdout", "--branch-probabilities",
-                          "--object-directory", os.path.dirname(gcda), gcda],
-                         cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            "gcov",
+            "--json-format",
+            "--stdout",
+            "--branch-probabilities",
+            "--object-directory",
+            os.path.dirname(gcda),
+            gcda,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0:
         raise SystemExit(f"coverage: gcov failed on {gcda}: {out.stderr.strip()}")
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
@@ -56,10 +68,14 @@ def gcov_json(gcda):
 
 def collect(object_dir):
     """{file: {line: {"count": n, "forms": {outcomes: [counts]}}}} merged over every object."""
-    gcdas = [os.path.join(d, f) for d, _, fs in os.walk(object_dir) for f in fs if f.endswith(".gcda")]
+    gcdas = [
+        os.path.join(d, f) for d, _, fs in os.walk(object_dir) for f in fs if f.endswith(".gcda")
+    ]
     if not gcdas:
-        raise SystemExit(f"coverage: no .gcda files under {object_dir} (configure with "
-                         "-DMLAROPE_COVERAGE=ON and run the tests first)")
+        raise SystemExit(
+            f"coverage: no .gcda files under {object_dir} (configure with "
+            "-DMLAROPE_COVERAGE=ON and run the tests first)"
+        )
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         return merge(doc for docs in pool.map(gcov_json, sorted(gcdas)) for doc in docs)
 
@@ -96,7 +112,7 @@ def per_function(line, counts, functions):
     if n <= 1 or len(counts) % n:
         return [counts]
     size = len(counts) // n
-    return [counts[i:i + size] for i in range(0, len(counts), size)]
+    return [counts[i : i + size] for i in range(0, len(counts), size)]
 
 
 def read_source(rel):
@@ -150,13 +166,21 @@ def summarize(files, source=read_source):
                 bc += sum(c > 0 for c in counts)
                 missed = [i for i, c in enumerate(counts) if c == 0]
                 if missed:
-                    missed_branches.append(f"{number}: outcomes {','.join(map(str, missed))} of {n} never taken "
-                                           f"(counts {counts})")
+                    missed_branches.append(
+                        f"{number}: outcomes {','.join(map(str, missed))} of {n} never taken "
+                        f"(counts {counts})"
+                    )
         for (kind, reason), numbers in grouped.items():
             what = "lines and their branches" if kind == "line" else "branches"
             listed.append(f"{rel}:{','.join(map(str, numbers))}: {what} excluded: {reason}")
-        rows[rel] = {"lines_covered": lc, "lines_total": lt, "branches_covered": bc, "branches_total": bt,
-                     "uncovered_lines": missed_lines, "uncovered_branches": missed_branches}
+        rows[rel] = {
+            "lines_covered": lc,
+            "lines_total": lt,
+            "branches_covered": bc,
+            "branches_total": bt,
+            "uncovered_lines": missed_lines,
+            "uncovered_branches": missed_branches,
+        }
     return rows, errors, listed
 
 
@@ -164,15 +188,20 @@ def below_baseline(figures, baseline):
     """What fails the gate: a file of the baseline below it by more than SLACK points (tests
     with a time budget, the plugin fuzzes, run a varying number of cases), without data, or a
     measured file the baseline does not have (record it)."""
-    drops = [f"{rel}: not in the baseline (run with --record once it is covered)"
-             for rel in sorted(set(figures) - set(baseline))]
+    drops = [
+        f"{rel}: not in the baseline (run with --record once it is covered)"
+        for rel in sorted(set(figures) - set(baseline))
+    ]
     for rel, want in sorted(baseline.items()):
         if rel not in figures:
             drops.append(f"{rel}: no coverage data (not compiled or not run)")
             continue
         for metric in ("lines", "branches"):
             if figures[rel][metric] + SLACK < want[metric]:
-                drops.append(f"{rel}: {metric} {figures[rel][metric]:.1f}% < {want[metric]:.1f}% of the baseline")
+                drops.append(
+                    f"{rel}: {metric} {figures[rel][metric]:.1f}% < {want[metric]:.1f}% "
+                    "of the baseline"
+                )
     return drops
 
 
@@ -181,17 +210,23 @@ def pct(covered, total):
 
 
 def table(rows):
-    out = [f"coverage of the kernel and launch code ({len(rows)} files; branches merged over template "
-           "instantiations, ci/coverage.py):",
-           f"  {'file':<34} {'lines':>17} {'branches':>17}"]
+    out = [
+        f"coverage of the kernel and launch code ({len(rows)} files; branches merged over template "
+        "instantiations, ci/coverage.py):",
+        f"  {'file':<34} {'lines':>17} {'branches':>17}",
+    ]
     tot = [0, 0, 0, 0]
     for rel, r in rows.items():
         vals = (r["lines_covered"], r["lines_total"], r["branches_covered"], r["branches_total"])
         tot = [a + b for a, b in zip(tot, vals)]
-        out.append(f"  {rel:<34} {pct(vals[0], vals[1]):6.1f}% {vals[0]:4}/{vals[1]:<5} "
-                   f"{pct(vals[2], vals[3]):6.1f}% {vals[2]:4}/{vals[3]:<5}")
-    out.append(f"  {'total':<34} {pct(tot[0], tot[1]):6.1f}% {tot[0]:4}/{tot[1]:<5} "
-               f"{pct(tot[2], tot[3]):6.1f}% {tot[2]:4}/{tot[3]:<5}")
+        out.append(
+            f"  {rel:<34} {pct(vals[0], vals[1]):6.1f}% {vals[0]:4}/{vals[1]:<5} "
+            f"{pct(vals[2], vals[3]):6.1f}% {vals[2]:4}/{vals[3]:<5}"
+        )
+    out.append(
+        f"  {'total':<34} {pct(tot[0], tot[1]):6.1f}% {tot[0]:4}/{tot[1]:<5} "
+        f"{pct(tot[2], tot[3]):6.1f}% {tot[2]:4}/{tot[3]:<5}"
+    )
     return out
 
 
@@ -199,7 +234,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("object_dir", help="the instrumented library's object directory")
     ap.add_argument("out_dir")
-    ap.add_argument("--record", action="store_true", help="write the measured figures as the baseline")
+    ap.add_argument(
+        "--record", action="store_true", help="write the measured figures as the baseline"
+    )
     ap.add_argument("--baseline", default=os.path.join(ROOT, "ci/coverage-baseline.json"))
     args = ap.parse_args()
     if not os.path.isdir(args.object_dir):
@@ -210,12 +247,16 @@ def main():
     uncovered = []
     for rel, r in rows.items():
         source = read_source(rel)
-        uncovered += [f"  {rel}:{n}: line never run: {source[n - 1].strip()}" for n in r["uncovered_lines"]]
+        uncovered += [
+            f"  {rel}:{n}: line never run: {source[n - 1].strip()}" for n in r["uncovered_lines"]
+        ]
         for item in r["uncovered_branches"]:
             n = int(item.split(":")[0])
             uncovered.append(f"  {rel}:{item}: {source[n - 1].strip()}")
     lines += ["uncovered:"] + (uncovered or ["  nothing"])
-    lines += [f"exclusions ({len(listed)}, each with its reason in the source):"] + ["  " + x for x in listed]
+    lines += [f"exclusions ({len(listed)}, each with its reason in the source):"] + [
+        "  " + x for x in listed
+    ]
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "coverage.json"), "w") as f:
         json.dump({"files": rows, "exclusions": listed}, f, indent=1, sort_keys=True)
@@ -225,9 +266,13 @@ def main():
     if errors:
         print("coverage: exclusions without a reason:\n  " + "\n  ".join(errors))
         return 1
-    figures = {rel: {"lines": round(pct(r["lines_covered"], r["lines_total"]), 1),
-                     "branches": round(pct(r["branches_covered"], r["branches_total"]), 1)}
-               for rel, r in rows.items()}
+    figures = {
+        rel: {
+            "lines": round(pct(r["lines_covered"], r["lines_total"]), 1),
+            "branches": round(pct(r["branches_covered"], r["branches_total"]), 1),
+        }
+        for rel, r in rows.items()
+    }
     if args.record:
         with open(args.baseline, "w") as f:
             json.dump(figures, f, indent=1, sort_keys=True)
@@ -236,7 +281,10 @@ def main():
         return 0
     drops = below_baseline(figures, json.load(open(args.baseline)))
     if drops:
-        print(f"coverage: below the baseline ({os.path.relpath(args.baseline, ROOT)}):\n  " + "\n  ".join(drops))
+        print(
+            f"coverage: below the baseline ({os.path.relpath(args.baseline, ROOT)}):\n  "
+            + "\n  ".join(drops)
+        )
         return 1
     print(f"coverage: every file at or above the baseline ({os.path.relpath(args.baseline, ROOT)})")
     return 0

@@ -10,6 +10,7 @@ that is neither run nor listed, fails the test; so the docs cannot rot silently.
 Commands run in a scratch folder that links every top-level entry of the repository (and
 `build` to BUILD_DIR), so what they write (fuzz-out, report, yarn, ...) goes there.
 """
+
 import argparse
 import glob
 import os
@@ -22,15 +23,24 @@ import tempfile
 # Commands run elsewhere, or not here: (pattern, why). Matched with re.search.
 NOT_RUN_HERE = [
     (r"^bash ci/test\.sh", "the test job itself: .ci/run runs it"),
-    (r"^bash ci/main\.sh", "the main job: its steps (cases, fuzz, benchmarks, report) are the ones "
-                          "ci/ci-extra.sh runs in the test job; ci/main.sh runs them for a user"),
+    (
+        r"^bash ci/main\.sh",
+        "the main job: its steps (cases, fuzz, benchmarks, report) are the ones "
+        "ci/ci-extra.sh runs in the test job; ci/main.sh runs them for a user",
+    ),
     (r"--backend cuda", "needs a GPU: ci/gpu-check.sh runs the CUDA backend where one is lent"),
     (r"mlarope_bench --full", "the full benchmark set takes tens of minutes; the smoke set runs"),
-    (r"ci/bench-compare\.sh", "builds the base and the change (minutes each): the test job runs it when "
-                              "MLAROPE_BENCH_BASE names a base; its statistics are tested by stats_test and "
-                              "slowed_kernel_gate_test, its command by output_formats (mlarope compare)"),
-    (r"fuzz_megatron\.py|pip install", "needs the Python package and megatron-core in a virtual environment: "
-                                       "ci/python-test.sh installs them and runs the same fuzz (test_megatron.py)"),
+    (
+        r"ci/bench-compare\.sh",
+        "builds the base and the change (minutes each): the test job runs it when "
+        "MLAROPE_BENCH_BASE names a base; its statistics are tested by stats_test and "
+        "slowed_kernel_gate_test, its command by output_formats (mlarope compare)",
+    ),
+    (
+        r"fuzz_megatron\.py|pip install",
+        "needs the Python package and megatron-core in a virtual environment: "
+        "ci/python-test.sh installs them and runs the same fuzz (test_megatron.py)",
+    ),
 ]
 
 # Shortened so the test takes seconds: (pattern, replacement).
@@ -82,7 +92,9 @@ def prepare(command, scratch):
         command = re.sub(rf"\b{name}\b", value, command)
     if "fuzz-out/failures/case_" in command:  # the replay commands need a failure to replay
         failures = sorted(glob.glob(os.path.join(scratch, "fuzz-out-broken/failures/case_*")))
-        command = re.sub(r"fuzz-out/failures/case_\d+", os.path.relpath(failures[0], scratch), command)
+        command = re.sub(
+            r"fuzz-out/failures/case_\d+", os.path.relpath(failures[0], scratch), command
+        )
     return command, None
 
 
@@ -94,8 +106,20 @@ def scratch_folder(source, build):
         os.symlink(os.path.join(os.path.abspath(source), entry), os.path.join(scratch, entry))
     os.symlink(os.path.abspath(build), os.path.join(scratch, "build"))
     # A failing case for the replay commands: the fuzz against a backend that drops inverse.
-    subprocess.run(["./build/mlarope", "fuzz", "--cases", "200", "--backend", "broken:dropped_inverse",
-                    "--out", "fuzz-out-broken"], cwd=scratch, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            "./build/mlarope",
+            "fuzz",
+            "--cases",
+            "200",
+            "--backend",
+            "broken:dropped_inverse",
+            "--out",
+            "fuzz-out-broken",
+        ],
+        cwd=scratch,
+        stdout=subprocess.DEVNULL,
+    )
     return scratch
 
 
@@ -103,9 +127,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True)
     parser.add_argument("--build", required=True)
-    parser.add_argument("--list", action="store_true", help="list the commands and what is done with each")
+    parser.add_argument(
+        "--list", action="store_true", help="list the commands and what is done with each"
+    )
     args = parser.parse_args()
-    pages = [os.path.join(args.source, "README.md")] + sorted(glob.glob(os.path.join(args.source, "docs", "*.md")))
+    pages = [os.path.join(args.source, "README.md")] + sorted(
+        glob.glob(os.path.join(args.source, "docs", "*.md"))
+    )
     scratch = scratch_folder(args.source, args.build)
     ran, elsewhere, failed = 0, 0, []
     try:
@@ -120,18 +148,31 @@ def main():
                 if args.list:
                     print(f"would run     {where}  {command}")
                     continue
-                result = subprocess.run(["bash", "-c", command], cwd=scratch, capture_output=True, text=True,
-                                        timeout=600)
-                allowed = next((codes for pattern, codes in ALLOWED_STATUS if re.search(pattern, command)), {0})
+                result = subprocess.run(
+                    ["bash", "-c", command],
+                    cwd=scratch,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
+                allowed = next(
+                    (codes for pattern, codes in ALLOWED_STATUS if re.search(pattern, command)), {0}
+                )
                 ran += 1
                 if result.returncode in allowed:
                     print(f"ran           {where}  {command}")
                 else:
                     failed.append(where)
-                    print(f"FAILED ({result.returncode})  {where}  {command}\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+                    print(
+                        f"FAILED ({result.returncode})  {where}  {command}\n"
+                        f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
+                    )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"docs commands: {ran} run, {elsewhere} run elsewhere or not here (reasons above), {len(failed)} failed")
+    print(
+        f"docs commands: {ran} run, {elsewhere} run elsewhere or not here (reasons above), "
+        f"{len(failed)} failed"
+    )
     if ran == 0 and not args.list:
         print("no command ran: the extraction is broken")
         return 1

@@ -12,6 +12,7 @@ nothing beside it.
     python3 ci/docs_links.py [--root DIR]     check the tree (exit 1 on a finding)
     python3 ci/docs_links.py --self-test      plant one finding of each kind; each must be found
 """
+
 import argparse
 import os
 import re
@@ -29,8 +30,9 @@ OUTSIDE = re.compile(r"\.\./" + "shared" + r"\b")
 def tracked_files(root):
     """The files git tracks under root, or every file when root is not a git work tree."""
     try:
-        out = subprocess.run(["git", "-C", root, "ls-files", "-z"], check=True,
-                             capture_output=True).stdout.decode()
+        out = subprocess.run(
+            ["git", "-C", root, "ls-files", "-z"], check=True, capture_output=True
+        ).stdout.decode()
         return [f for f in out.split("\0") if f]
     except (OSError, subprocess.CalledProcessError):
         files = []
@@ -113,8 +115,10 @@ def outside_references(root, files):
             with open(os.path.join(root, name), encoding="utf-8") as f:
                 for number, line in enumerate(f, 1):
                     if OUTSIDE.search(line):
-                        found.append(f"{name}:{number}: names a folder outside the repository: "
-                                     f"{line.strip()[:100]}")
+                        found.append(
+                            f"{name}:{number}: names a folder outside the repository: "
+                            f"{line.strip()[:100]}"
+                        )
         except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
             continue
     return found
@@ -127,8 +131,10 @@ def check(root):
     for line in findings:
         print(line)
     links = sum(1 for p in pages for _ in links_of(os.path.join(root, p)))
-    print(f"docs_links: {len(pages)} pages, {links} links, {len(files)} files: "
-          f"{len(findings)} finding(s)")
+    print(
+        f"docs_links: {len(pages)} pages, {links} links, {len(files)} files: "
+        f"{len(findings)} finding(s)"
+    )
     return 1 if findings else 0
 
 
@@ -139,15 +145,21 @@ def self_test():
         with open(os.path.join(root, "docs", "a.md"), "w") as f:
             f.write("# Page A\n\n## The `x` part\n\n```\n[not a link](nowhere.md)\n```\n")
         with open(os.path.join(root, "README.md"), "w") as f:
-            f.write("[ok](docs/a.md#the-x-part) [ok](docs/a.md) [web](https://example.org)\n"
-                    "[no file](docs/b.md)\n[no anchor](docs/a.md#page-b)\n"
-                    "[outside](../elsewhere/x.md)\n")
+            f.write(
+                "[ok](docs/a.md#the-x-part) [ok](docs/a.md) [web](https://example.org)\n"
+                "[no file](docs/b.md)\n[no anchor](docs/a.md#page-b)\n"
+                "[outside](../elsewhere/x.md)\n"
+            )
         with open(os.path.join(root, "notes.txt"), "w") as f:
             f.write("see ../" + "shared/SPEC.md\n")
         files = ["README.md", "docs/a.md", "notes.txt"]
         found = broken_links(root, ["README.md", "docs/a.md"]) + outside_references(root, files)
-    expected = ["no file docs/b.md", "no heading with anchor '#page-b'", "leaves the repository",
-                "names a folder outside"]
+    expected = [
+        "no file docs/b.md",
+        "no heading with anchor '#page-b'",
+        "leaves the repository",
+        "names a folder outside",
+    ]
     missing = [e for e in expected if not any(e in line for line in found)]
     if missing or len(found) != len(expected):
         print("docs_links self-test FAILED: missing", missing, "found", found)
@@ -157,8 +169,9 @@ def self_test():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()

@@ -9,11 +9,27 @@ outcome stay as CTest wrote them (a disabled test stays a <skipped/> case).
 
     python3 ci/junit_for_ci.py IN.xml OUT.xml
 """
+
 import sys
 import xml.etree.ElementTree as ET
 
-SUITE_ATTRIBUTES = {"name", "tests", "failures", "errors", "group", "time", "skipped", "timestamp", "hostname",
-                    "id", "package", "file", "log", "url", "version"}
+SUITE_ATTRIBUTES = {
+    "name",
+    "tests",
+    "failures",
+    "errors",
+    "group",
+    "time",
+    "skipped",
+    "timestamp",
+    "hostname",
+    "id",
+    "package",
+    "file",
+    "log",
+    "url",
+    "version",
+}
 CASE_ATTRIBUTES = {"name", "time", "classname", "group"}
 
 

@@ -18,6 +18,7 @@ ci/mutants-equivalent.txt.
 This file is the command; the code is the package ci/mutation/ (its __init__ lists the
 modules). See docs/mutation.md.
 """
+
 import os
 import sys
 

@@ -7,6 +7,7 @@ stand-in build) and the command line. No build: it runs in about a second.
 
     python3 ci/mutate_test.py        (or: python3 -m unittest discover -s ci -p 'mutate_test.py')
 """
+
 import contextlib
 import io
 import json
@@ -23,13 +24,22 @@ from mutation import cli  # noqa: E402
 from mutation.campaign import Campaign  # noqa: E402
 from mutation.checks import Check, fault_anchor_spans, parse_checks, touches_anchor  # noqa: E402
 from mutation.common import UsageError  # noqa: E402
-from mutation.equivalents import (classify_with_equivalents, equivalents_by_key,  # noqa: E402
-                                  parse_equivalents)
+from mutation.equivalents import (
+    classify_with_equivalents,
+    equivalents_by_key,  # noqa: E402
+    parse_equivalents,
+)
 from mutation.mask import code_mask  # noqa: E402
 from mutation.report import kill_rate, summary_markdown, tally, verdict  # noqa: E402
 from mutation.sampling import sample_sites, shard_of  # noqa: E402
-from mutation.sites import (SOURCE_GLOBS, all_sites, apply_site, find_sites,  # noqa: E402
-                            mutate_number, unified_diff)
+from mutation.sites import (
+    SOURCE_GLOBS,
+    all_sites,
+    apply_site,
+    find_sites,  # noqa: E402
+    mutate_number,
+    unified_diff,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,17 +55,35 @@ def changes(code):
 
 class SiteFinding(unittest.TestCase):
     def test_each_operator_is_applied(self):
-        code = ("int f(int a, int b, bool c) {\n"
-                "  if (a < b && !c) return a + b * 2;\n"
-                "  if (a >= b || c == false) return a - b / 1;\n"
-                "  return a <= b ? (a > b) : a != 0 ? 1.5f : 0.0;\n"
-                "}\n")
+        code = (
+            "int f(int a, int b, bool c) {\n"
+            "  if (a < b && !c) return a + b * 2;\n"
+            "  if (a >= b || c == false) return a - b / 1;\n"
+            "  return a <= b ? (a > b) : a != 0 ? 1.5f : 0.0;\n"
+            "}\n"
+        )
         found = changes(code)
-        for expected in [(" < ", " <= "), (" && ", " || "), ("!", ""), (" + ", " - "),
-                         (" * ", " / "), ("2", "1"), (" >= ", " > "), (" || ", " && "),
-                         (" == ", " != "), ("false", "true"), (" - ", " + "), (" / ", " * "),
-                         ("1", "0"), (" <= ", " < "), (" > ", " >= "), (" != ", " == "),
-                         ("0", "1"), ("1.5f", "3.0f"), ("0.0", "1.0")]:
+        for expected in [
+            (" < ", " <= "),
+            (" && ", " || "),
+            ("!", ""),
+            (" + ", " - "),
+            (" * ", " / "),
+            ("2", "1"),
+            (" >= ", " > "),
+            (" || ", " && "),
+            (" == ", " != "),
+            ("false", "true"),
+            (" - ", " + "),
+            (" / ", " * "),
+            ("1", "0"),
+            (" <= ", " < "),
+            (" > ", " >= "),
+            (" != ", " == "),
+            ("0", "1"),
+            ("1.5f", "3.0f"),
+            ("0.0", "1.0"),
+        ]:
             self.assertIn(expected, found)
         for s in sites_of(code):  # every mutant is the original with one token changed
             mutated = apply_site(code, s)
@@ -63,27 +91,41 @@ class SiteFinding(unittest.TestCase):
             self.assertEqual(len(mutated) - len(code), len(s.repl.strip()) - len(s.orig.strip()))
 
     def test_comments_strings_chars_and_preprocessor_lines_are_skipped(self):
-        code = ('// a + b < c\n'
-                '/* x && y\n   || 2 */\n'
-                '#define LIMIT (4 + 4)\n'
-                '#include "a+b.h"\n'
-                'const char* s = "a + b == 3";\n'
-                "char c = '1';\n"
-                'static_assert(sizeof(int) == 4, "ints are 4 bytes");\n'
-                'int x = y + z;  // 1 - 2\n')
+        code = (
+            "// a + b < c\n"
+            "/* x && y\n   || 2 */\n"
+            "#define LIMIT (4 + 4)\n"
+            '#include "a+b.h"\n'
+            'const char* s = "a + b == 3";\n'
+            "char c = '1';\n"
+            'static_assert(sizeof(int) == 4, "ints are 4 bytes");\n'
+            "int x = y + z;  // 1 - 2\n"
+        )
         self.assertEqual(changes(code), [(" + ", " - ")])
         self.assertEqual(sites_of(code)[0].line, 9)
 
     def test_template_brackets_are_not_comparisons_and_their_arguments_are_not_sites(self):
-        code = ("template <int K, class T>\n"
-                "void f() {\n"
-                "  load_vector<T, 2 * K>(p + 1, x);\n"
-                "  auto y = std::max<std::int64_t>(1, n) * static_cast<int>(sizeof(T));\n"
-                "  if (std::is_same_v<T, float> && K == 4) {}\n"
-                "}\n")
+        code = (
+            "template <int K, class T>\n"
+            "void f() {\n"
+            "  load_vector<T, 2 * K>(p + 1, x);\n"
+            "  auto y = std::max<std::int64_t>(1, n) * static_cast<int>(sizeof(T));\n"
+            "  if (std::is_same_v<T, float> && K == 4) {}\n"
+            "}\n"
+        )
         found = changes(code)
-        self.assertEqual(found, [(" + ", " - "), ("1", "0"), ("1", "0"), (" * ", " / "),
-                                 (" && ", " || "), (" == ", " != "), ("4", "5")])
+        self.assertEqual(
+            found,
+            [
+                (" + ", " - "),
+                ("1", "0"),
+                ("1", "0"),
+                (" * ", " / "),
+                (" && ", " || "),
+                (" == ", " != "),
+                ("4", "5"),
+            ],
+        )
         self.assertNotIn((" < ", " <= "), found)
         self.assertNotIn(("2", "1"), found)
 
@@ -93,8 +135,9 @@ class SiteFinding(unittest.TestCase):
 
     def test_operators_at_line_ends_and_starts(self):
         code = "bool v = a == b &&\n         c != d\n         || e;\n"
-        self.assertEqual(changes(code), [(" == ", " != "), (" && ", " || "), (" != ", " == "),
-                                         (" || ", " && ")])
+        self.assertEqual(
+            changes(code), [(" == ", " != "), (" && ", " || "), (" != ", " == "), (" || ", " && ")]
+        )
 
     def test_literals(self):
         self.assertEqual(mutate_number("0"), ("int", "1"))
@@ -111,25 +154,28 @@ class SiteFinding(unittest.TestCase):
         self.assertEqual(changes("std::int64_t x = u8; int y = 1'000;\n"), [("1'000", "1001")])
 
     def test_device_only_code(self):
-        code = ("#if defined(__CUDA_ARCH__)\n"
-                "  a = b + c;\n"
-                "#else\n"
-                "  a = b - c;\n"
-                "#endif\n"
-                "#if !defined(__CUDA_ARCH__)\n"
-                "  d = e * f;\n"
-                "#endif\n"
-                "#ifdef SOMETHING_ELSE\n"
-                "  g = h / i;\n"
-                "#endif\n"
-                "#if defined(__CUDACC__)\n"
-                "  j = k && l;\n"
-                "#elif defined(X)\n"
-                "  m = n || o;\n"
-                "#endif\n")
+        code = (
+            "#if defined(__CUDA_ARCH__)\n"
+            "  a = b + c;\n"
+            "#else\n"
+            "  a = b - c;\n"
+            "#endif\n"
+            "#if !defined(__CUDA_ARCH__)\n"
+            "  d = e * f;\n"
+            "#endif\n"
+            "#ifdef SOMETHING_ELSE\n"
+            "  g = h / i;\n"
+            "#endif\n"
+            "#if defined(__CUDACC__)\n"
+            "  j = k && l;\n"
+            "#elif defined(X)\n"
+            "  m = n || o;\n"
+            "#endif\n"
+        )
         only = {s.orig.strip(): s.device_only for s in sites_of(code)}
-        self.assertEqual(only, {"+": True, "-": False, "*": False, "/": False, "&&": True,
-                                "||": False})
+        self.assertEqual(
+            only, {"+": True, "-": False, "*": False, "/": False, "&&": True, "||": False}
+        )
 
     def test_positions_and_occurrences(self):
         code = "x = 1;\n  y = a + b + c;\n"
@@ -141,14 +187,18 @@ class SiteFinding(unittest.TestCase):
     def test_the_real_sources_have_sites_and_each_applies(self):
         sites = all_sites(ROOT, SOURCE_GLOBS)
         files = {s.file for s in sites}
-        for f in ("cuda/kernels/pair_rotation.h", "cuda/kernels/portability.h",
-                  "cuda/launch/launch_builder.cpp", "cuda/launch/dispatch.cpp",
-                  "cuda/launch/footprint.cpp"):
+        for f in (
+            "cuda/kernels/pair_rotation.h",
+            "cuda/kernels/portability.h",
+            "cuda/launch/launch_builder.cpp",
+            "cuda/launch/dispatch.cpp",
+            "cuda/launch/footprint.cpp",
+        ):
             self.assertIn(f, files)
         for s in sites:  # each one applies to its file
             with open(os.path.join(ROOT, s.file)) as f:
                 text = f.read()
-            self.assertEqual(text[s.start:s.end], s.orig.strip(), s.id)
+            self.assertEqual(text[s.start : s.end], s.orig.strip(), s.id)
 
 
 class Scanner(unittest.TestCase):
@@ -156,47 +206,67 @@ class Scanner(unittest.TestCase):
     directives, raw strings, escapes and digit separators."""
 
     def test_elif_else_nesting_and_continued_conditions(self):
-        code = ("#ifdef __CUDA_ARCH__\n"
-                "  a = b + c;\n"
-                "#elif defined(X)\n"
-                "  a = b - c;\n"
-                "#else\n"
-                "  a = b * c;\n"
-                "#endif\n"
-                "#ifndef __CUDA_ARCH__\n"
-                "  d = e / f;\n"
-                "#if defined(__CUDACC__) && defined(Y)\n"
-                "  g = h && i;\n"
-                "#endif\n"
-                "#else\n"
-                "  j = k || l;\n"
-                "#endif\n"
-                "#if defined(Z)\n"
-                "#elif defined(__CUDA_ARCH__)\n"
-                "  m = n == o;\n"
-                "#endif\n"
-                "#if defined(__CUDA_ARCH__) \\\n"
-                "    && defined(W)\n"
-                "  p = q != r;\n"
-                "#endif\n"
-                "  s = t < u;\n")
+        code = (
+            "#ifdef __CUDA_ARCH__\n"
+            "  a = b + c;\n"
+            "#elif defined(X)\n"
+            "  a = b - c;\n"
+            "#else\n"
+            "  a = b * c;\n"
+            "#endif\n"
+            "#ifndef __CUDA_ARCH__\n"
+            "  d = e / f;\n"
+            "#if defined(__CUDACC__) && defined(Y)\n"
+            "  g = h && i;\n"
+            "#endif\n"
+            "#else\n"
+            "  j = k || l;\n"
+            "#endif\n"
+            "#if defined(Z)\n"
+            "#elif defined(__CUDA_ARCH__)\n"
+            "  m = n == o;\n"
+            "#endif\n"
+            "#if defined(__CUDA_ARCH__) \\\n"
+            "    && defined(W)\n"
+            "  p = q != r;\n"
+            "#endif\n"
+            "  s = t < u;\n"
+        )
         only = {s.orig.strip(): s.device_only for s in sites_of(code)}
         # An unknown #elif after a false #if, and its #else, may be compiled: not device-only.
         # A known-false #elif after an unknown #if is device-only, as is a nested false #if.
-        self.assertEqual(only, {"+": True, "-": False, "*": False, "/": False, "&&": True,
-                                "||": True, "==": True, "!=": True, "<": False})
+        self.assertEqual(
+            only,
+            {
+                "+": True,
+                "-": False,
+                "*": False,
+                "/": False,
+                "&&": True,
+                "||": True,
+                "==": True,
+                "!=": True,
+                "<": False,
+            },
+        )
 
     def test_raw_strings_escapes_and_digit_separators(self):
-        code = ('auto s = R"x(a + b)" + c)x";\n'
-                "char q = '\\''; int n = 1'000 + m;\n"
-                'const char* t = "a\\" + b";\n'
-                "x = y + z;\n")
-        self.assertEqual([(s.line, s.orig, s.repl) for s in sites_of(code)],
-                         [(2, "1'000", "1001"), (2, " + ", " - "), (4, " + ", " - ")])
+        code = (
+            'auto s = R"x(a + b)" + c)x";\n'
+            "char q = '\\''; int n = 1'000 + m;\n"
+            'const char* t = "a\\" + b";\n'
+            "x = y + z;\n"
+        )
+        self.assertEqual(
+            [(s.line, s.orig, s.repl) for s in sites_of(code)],
+            [(2, "1'000", "1001"), (2, " + ", " - "), (4, " + ", " - ")],
+        )
         masked, device_only = code_mask(code)
         self.assertEqual(len(masked), len(code))
-        self.assertEqual([k for k, c in enumerate(masked) if c == "\n"],
-                         [k for k, c in enumerate(code) if c == "\n"])
+        self.assertEqual(
+            [k for k, c in enumerate(masked) if c == "\n"],
+            [k for k, c in enumerate(code) if c == "\n"],
+        )
         self.assertEqual(device_only, [False] * len(code))
 
 
@@ -209,12 +279,13 @@ class Sampling(unittest.TestCase):
         b = sample_sites(self.sites, 10, 7)
         self.assertEqual([s.id for s in a], [s.id for s in b])
         self.assertEqual(len({s.id for s in a}), 10)
-        self.assertNotEqual([s.id for s in a],
-                            [s.id for s in sample_sites(self.sites, 10, 8)])
+        self.assertNotEqual([s.id for s in a], [s.id for s in sample_sites(self.sites, 10, 8)])
 
     def test_a_count_past_the_sites_takes_them_all(self):
-        self.assertEqual(sorted(s.id for s in sample_sites(self.sites, 10 ** 6, 1)),
-                         sorted(s.id for s in self.sites))
+        self.assertEqual(
+            sorted(s.id for s in sample_sites(self.sites, 10**6, 1)),
+            sorted(s.id for s in self.sites),
+        )
 
     def test_shards_split_the_sample_without_overlap(self):
         sample = sample_sites(self.sites, 25, 3)
@@ -226,17 +297,19 @@ class Sampling(unittest.TestCase):
 
 
 class Equivalents(unittest.TestCase):
-    ENTRY = ("# comment\n"
-             "file: cuda/kernels/x.h\n"
-             "line: y = a + b + c;\n"
-             "mutant: ' + ' -> ' - '\n"
-             "occurrence: 1\n"
-             "reason: c is always 0 here\n"
-             "\n"
-             "file: cuda/kernels/x.h\n"
-             "line: x = 1;\n"
-             "mutant: '1' -> '0'\n"
-             "reason: x is never read\n")
+    ENTRY = (
+        "# comment\n"
+        "file: cuda/kernels/x.h\n"
+        "line: y = a + b + c;\n"
+        "mutant: ' + ' -> ' - '\n"
+        "occurrence: 1\n"
+        "reason: c is always 0 here\n"
+        "\n"
+        "file: cuda/kernels/x.h\n"
+        "line: x = 1;\n"
+        "mutant: '1' -> '0'\n"
+        "reason: x is never read\n"
+    )
 
     def parse(self, text):
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
@@ -268,11 +341,11 @@ class Equivalents(unittest.TestCase):
 
     def test_a_survivor_listed_later_counts_as_equivalent_and_a_listed_kill_warns(self):
         entries = self.parse(self.ENTRY)
-        mutants = [record(1, "survived", text="x = 1;", orig="1", repl="0"),
-                   record(2, "killed", text="  y = a + b + c;", orig=" + ", repl=" - ",
-                          occurrence=1),
-                   record(3, "survived", text="  y = a + b + c;", orig=" + ", repl=" - ",
-                          occurrence=0)]
+        mutants = [
+            record(1, "survived", text="x = 1;", orig="1", repl="0"),
+            record(2, "killed", text="  y = a + b + c;", orig=" + ", repl=" - ", occurrence=1),
+            record(3, "survived", text="  y = a + b + c;", orig=" + ", repl=" - ", occurrence=0),
+        ]
         warnings = classify_with_equivalents(mutants, entries)
         self.assertEqual([m["status"] for m in mutants], ["equivalent", "killed", "survived"])
         self.assertEqual(mutants[0]["reason"], "x is never read")
@@ -280,30 +353,59 @@ class Equivalents(unittest.TestCase):
         self.assertIn("the entry is wrong", warnings[0])
 
 
-def record(n, status, text="a = b + c;", orig=" + ", repl=" - ", occurrence=0, check=None,
-           file="cuda/kernels/x.h"):
-    return {"n": n, "id": f"{file}:{n}:7", "file": file, "line": n, "col": 7, "op": "arith",
-            "orig": orig, "repl": repl, "text": text, "occurrence": occurrence, "status": status,
-            "check": check or ("host_backend" if status in ("killed", "timeout") else None),
-            "seconds": 10.0 + n, "build_seconds": 5.0,
-            "diff": f"--- a/{file}\n+++ b/{file}\n@@ -1 +1 @@\n-x\n+y\n",
-            "detail": "error: something" if status == "did-not-build" else ""}
+def record(
+    n,
+    status,
+    text="a = b + c;",
+    orig=" + ",
+    repl=" - ",
+    occurrence=0,
+    check=None,
+    file="cuda/kernels/x.h",
+):
+    return {
+        "n": n,
+        "id": f"{file}:{n}:7",
+        "file": file,
+        "line": n,
+        "col": 7,
+        "op": "arith",
+        "orig": orig,
+        "repl": repl,
+        "text": text,
+        "occurrence": occurrence,
+        "status": status,
+        "check": check or ("host_backend" if status in ("killed", "timeout") else None),
+        "seconds": 10.0 + n,
+        "build_seconds": 5.0,
+        "diff": f"--- a/{file}\n+++ b/{file}\n@@ -1 +1 @@\n-x\n+y\n",
+        "detail": "error: something" if status == "did-not-build" else "",
+    }
 
 
 class Arithmetic(unittest.TestCase):
     def test_kill_rate_counts_timeouts_as_kills_and_leaves_out_the_rest(self):
-        mutants = ([record(k, "killed") for k in range(1, 8)]
-                   + [record(8, "timeout"), record(9, "survived"), record(10, "survived"),
-                      record(11, "equivalent"), record(12, "did-not-build")])
+        mutants = [record(k, "killed") for k in range(1, 8)] + [
+            record(8, "timeout"),
+            record(9, "survived"),
+            record(10, "survived"),
+            record(11, "equivalent"),
+            record(12, "did-not-build"),
+        ]
         counts = tally(mutants)
-        self.assertEqual(counts, {"killed": 7, "timeout": 1, "survived": 2, "equivalent": 1,
-                                  "did-not-build": 1})
+        self.assertEqual(
+            counts, {"killed": 7, "timeout": 1, "survived": 2, "equivalent": 1, "did-not-build": 1}
+        )
         self.assertAlmostEqual(kill_rate(counts), 0.8)
         self.assertIsNone(kill_rate(tally([record(1, "equivalent")])))
 
     def test_verdict(self):
-        mutants = [record(1, "killed"), record(2, "killed"), record(3, "killed"),
-                   record(4, "survived")]
+        mutants = [
+            record(1, "killed"),
+            record(2, "killed"),
+            record(3, "killed"),
+            record(4, "survived"),
+        ]
         self.assertEqual(verdict(mutants, 0.0, False)[0], 0)
         self.assertEqual(verdict(mutants, 0.75, False)[0], 0)
         self.assertEqual(verdict(mutants, 0.76, False)[0], 1)
@@ -316,14 +418,19 @@ class Output(unittest.TestCase):
         before = "a\nb\nint x = y + z;\nc\nd\ne\n"
         site = [s for s in sites_of(before, "cuda/launch/f.cpp") if s.orig == " + "][0]
         diff = unified_diff("cuda/launch/f.cpp", before, apply_site(before, site))
-        self.assertEqual(diff, "--- a/cuda/launch/f.cpp\n+++ b/cuda/launch/f.cpp\n"
-                               "@@ -1,5 +1,5 @@\n a\n b\n"
-                               "-int x = y + z;\n+int x = y - z;\n c\n d\n")
+        self.assertEqual(
+            diff,
+            "--- a/cuda/launch/f.cpp\n+++ b/cuda/launch/f.cpp\n"
+            "@@ -1,5 +1,5 @@\n a\n b\n"
+            "-int x = y + z;\n+int x = y - z;\n c\n d\n",
+        )
 
     def test_summary_lists_survivors_with_diffs_and_ready_entries(self):
-        results = {"config": {"command": "python3 ci/mutate.py --count 3"}, "baseline": None,
-                   "mutants": [record(1, "killed"), record(2, "survived"),
-                               record(3, "did-not-build")]}
+        results = {
+            "config": {"command": "python3 ci/mutate.py --count 3"},
+            "baseline": None,
+            "mutants": [record(1, "killed"), record(2, "survived"), record(3, "did-not-build")],
+        }
         text = summary_markdown(results)
         self.assertIn("**Kill rate: 50.0%**", text)
         self.assertIn("### 002 `cuda/kernels/x.h:2:7` ' + ' -> ' - '", text)
@@ -333,25 +440,40 @@ class Output(unittest.TestCase):
 
     def test_merge_of_shards(self):
         with tempfile.TemporaryDirectory() as d:
-            for index, ms in ((0, [record(1, "killed"), record(3, "survived")]),
-                              (1, [record(2, "killed")])):
+            for index, ms in (
+                (0, [record(1, "killed"), record(3, "survived")]),
+                (1, [record(2, "killed")]),
+            ):
                 shard = os.path.join(d, "campaign", f"shard-{index:04d}")
                 os.makedirs(shard)
                 with open(os.path.join(shard, "results.json"), "w") as f:
                     json.dump({"mutants": ms, "baseline": None}, f)
             out = os.path.join(d, "merged")
             with contextlib.redirect_stdout(io.StringIO()):
-                status = cli.main(["merge", os.path.join(d, "campaign"), "--out", out,
-                                   "--equivalents", os.path.join(d, "none.txt"),
-                                   "--min-kill-rate", "0.5"])
+                status = cli.main(
+                    [
+                        "merge",
+                        os.path.join(d, "campaign"),
+                        "--out",
+                        out,
+                        "--equivalents",
+                        os.path.join(d, "none.txt"),
+                        "--min-kill-rate",
+                        "0.5",
+                    ]
+                )
             self.assertEqual(status, 0)
             with open(os.path.join(out, "results.json")) as f:
                 merged = json.load(f)
             self.assertEqual([m["n"] for m in merged["mutants"]], [1, 2, 3])
             self.assertEqual(os.listdir(os.path.join(out, "survivors")), ["003.diff"])
             with contextlib.redirect_stdout(io.StringIO()):
-                self.assertEqual(cli.main(["merge", os.path.join(d, "campaign"), "--out", out,
-                                           "--require-explained"]), 1)
+                self.assertEqual(
+                    cli.main(
+                        ["merge", os.path.join(d, "campaign"), "--out", out, "--require-explained"]
+                    ),
+                    1,
+                )
 
 
 class FakeBuild:
@@ -399,24 +521,37 @@ class MutantStep(unittest.TestCase):
             with open(script, "w") as f:
                 f.write(CHECK_SCRIPT)
             sites = {s.orig.strip(): s for s in find_sites("cuda/kernels/k.h", self.CODE)}
-            args = Namespace(root=d, scratch=scratch, run_equivalent=False, build_timeout=60,
-                             check_timeout=60, timeout_factor=5)
+            args = Namespace(
+                root=d,
+                scratch=scratch,
+                run_equivalent=False,
+                build_timeout=60,
+                check_timeout=60,
+                timeout_factor=5,
+            )
             equivalents = [{"key": sites["7"].key(), "reason": "r", "where": "e.txt:1"}]
-            campaign = Campaign(args, list(sites.values()), [], equivalents,
-                                os.path.join(d, "out"))
+            campaign = Campaign(args, list(sites.values()), [], equivalents, os.path.join(d, "out"))
             campaign.build = FakeBuild(source)
             check = Check("script", ["python"], ["@python", "{check}", source], "a script")
             check.baseline_seconds = 0.0
             campaign.checks = [check]
             campaign.values = {"cases": d, "check": script, "run": campaign.run_dir}
-            campaign.done = {(sites["*"].id, " * ", " / ", sites["*"].text):
-                             {"n": 9, "status": "killed", "id": sites["*"].id}}
+            campaign.done = {
+                (sites["*"].id, " * ", " / ", sites["*"].text): {
+                    "n": 9,
+                    "status": "killed",
+                    "id": sites["*"].id,
+                }
+            }
             with contextlib.redirect_stdout(io.StringIO()):
-                campaign.run_mutants([(1, sites["+"]), (2, sites["3"]), (3, sites["*"]),
-                                      (4, sites["7"])])
+                campaign.run_mutants(
+                    [(1, sites["+"]), (2, sites["3"]), (3, sites["*"]), (4, sites["7"])]
+                )
             by_n = {m["n"]: m for m in campaign.results["mutants"]}
-            self.assertEqual({n: m["status"] for n, m in by_n.items()},
-                             {1: "killed", 2: "did-not-build", 3: "killed", 4: "equivalent"})
+            self.assertEqual(
+                {n: m["status"] for n, m in by_n.items()},
+                {1: "killed", 2: "did-not-build", 3: "killed", 4: "equivalent"},
+            )
             self.assertEqual(by_n[1]["check"], "script")
             self.assertIn("exit status 1", by_n[1]["detail"])
             self.assertIn("Expected: a + b", by_n[1]["detail"])
@@ -446,8 +581,10 @@ class FaultAnchors(unittest.TestCase):
             with open(os.path.join(d, "cuda", "testing", "kernel_faults.txt"), "w") as f:
                 f.write("fault: x\nfile: kernels/k.h\nexpression: lo < hi\nbecomes: lo <= hi\n")
             spans = fault_anchor_spans(d)
-            touched = {s.orig.strip(): touches_anchor(s, spans)
-                       for s in find_sites("cuda/kernels/k.h", code)}
+            touched = {
+                s.orig.strip(): touches_anchor(s, spans)
+                for s in find_sites("cuda/kernels/k.h", code)
+            }
             self.assertEqual(touched, {"<": True, "+": False, "1": False})
 
 
@@ -472,9 +609,10 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(self.run_main([])[0], 2)
         self.assertEqual(self.run_main(["--sites", "cuda/kernels/nope.h:1:1", "--dry-run"])[0], 2)
         self.assertEqual(self.run_main(["--count", "3", "--checks", "nonsense", "--dry-run"])[0], 2)
-        self.assertEqual([c.name for c in parse_checks("dispatch,gtest:x_test:A.*,fuzz")],
-                         ["dispatch", "gtest:x_test:A.*", "fuzz"])
-
+        self.assertEqual(
+            [c.name for c in parse_checks("dispatch,gtest:x_test:A.*,fuzz")],
+            ["dispatch", "gtest:x_test:A.*", "fuzz"],
+        )
 
     def test_cases_dir_defaults_to_the_repositorys_data(self):
         seen = []
@@ -483,8 +621,11 @@ class CommandLine(unittest.TestCase):
             seen.append(args.cases_dir)
             return {"mutants": []}
 
-        with tempfile.TemporaryDirectory() as d, \
-                mock.patch.object(cli, "run_campaign", campaign), mock.patch.dict(os.environ):
+        with (
+            tempfile.TemporaryDirectory() as d,
+            mock.patch.object(cli, "run_campaign", campaign),
+            mock.patch.dict(os.environ),
+        ):
             os.environ.pop("MLAROPE_CASES_DIR", None)
             self.assertEqual(self.run_main(["--count", "1", "--out", d])[0], 0)
             os.environ["MLAROPE_CASES_DIR"] = "/elsewhere"
@@ -493,13 +634,19 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(seen, [os.path.join(ROOT, "data", "megatron"), "/elsewhere", "given"])
 
     def test_the_command_is_ci_mutate_py(self):
-        for argv, says in ((["--help"], "usage: ci/mutate.py [-h]"),
-                           (["merge", "--help"], "usage: ci/mutate.py merge"),
-                           (["--list-checks"], "* dispatch")):
-            done = subprocess.run([sys.executable, os.path.join(ROOT, "ci", "mutate.py")] + argv,
-                                  capture_output=True, text=True)
+        for argv, says in (
+            (["--help"], "usage: ci/mutate.py [-h]"),
+            (["merge", "--help"], "usage: ci/mutate.py merge"),
+            (["--list-checks"], "* dispatch"),
+        ):
+            done = subprocess.run(
+                [sys.executable, os.path.join(ROOT, "ci", "mutate.py")] + argv,
+                capture_output=True,
+                text=True,
+            )
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertIn(says, done.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

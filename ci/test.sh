@@ -11,7 +11,8 @@
 # fails on a key SLOWER twice; without it the benchmarks are reported, never failed on: a
 # stored baseline cannot gate another machine, and this command must pass a clean tree anywhere.
 # MLAROPE_SKIP_SANITIZE=1 skips the sanitizer build, MLAROPE_SKIP_COVERAGE=1 the coverage,
-# MLAROPE_SKIP_EXTRA=1 the fuzz/bench/report, MLAROPE_SKIP_PYTHON=1 the Python package.
+# MLAROPE_SKIP_EXTRA=1 the fuzz/bench/report, MLAROPE_SKIP_PYTHON=1 the Python package,
+# MLAROPE_SKIP_LINT=1 the format and lint checks (ci/lint.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS=0
@@ -29,6 +30,13 @@ run_ctest() {  # run_ctest BUILD_DIR NAME
   return "$status"
 }
 run_ctest build ctest-release
+if [ "${MLAROPE_SKIP_LINT:-0}" != 1 ]; then
+  # Format (clang-format), Python lint (ruff) and whitespace over the whole tree, which is kept
+  # clean; clang-tidy, minutes a file set, on the files changed since the base (ci/lint.sh).
+  echo "test: at ${SECONDS} s, lint (ci/lint.sh)"
+  MLAROPE_LINT_SKIP=clang-tidy bash ci/lint.sh --all
+  MLAROPE_LINT_SKIP=clang-format,ruff,whitespace bash ci/lint.sh
+fi
 if [ "${MLAROPE_SKIP_PYTHON:-0}" != 1 ]; then
   echo "test: the Python package (pip install ., pytest), at ${SECONDS} s"
   bash ci/python-test.sh

@@ -6,15 +6,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
-#include "io/case_file.h"
-#include "io/npy.h"
 #include "fuzz/failure.h"
 #include "fuzz/generators.h"
+#include "io/case_file.h"
+#include "io/npy.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;
@@ -50,7 +49,8 @@ std::string slurp(const fs::path& p) {
 
 Result mlarope(const std::string& args, const TempDir& tmp) {
   const fs::path out = tmp.path() / "stdout.txt", err = tmp.path() / "stderr.txt";
-  const std::string command = std::string(MLAROPE_CLI) + " " + args + " > " + out.string() + " 2> " + err.string();
+  const std::string command =
+      std::string(MLAROPE_CLI) + " " + args + " > " + out.string() + " 2> " + err.string();
   const int raw = std::system(command.c_str());
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
 }
@@ -58,8 +58,9 @@ Result mlarope(const std::string& args, const TempDir& tmp) {
 // A generated case written as a directory (with checks.json), as a failure would be.
 fs::path write_generated_case(const TempDir& tmp, std::uint64_t seed) {
   const props::CaseSpec spec = props::random_spec(seed, props::kDefaultSize);
-  const fs::path dir = tmp.path() / ("case_" + std::to_string(seed));
-  props::write_failure(dir, spec, props::materialize(spec), props::check_options(spec), {}, "reference");
+  fs::path dir = tmp.path() / ("case_" + std::to_string(seed));
+  props::write_failure(dir, spec, props::materialize(spec), props::check_options(spec), {},
+                       "reference");
   return dir;
 }
 
@@ -69,8 +70,9 @@ TEST(Cli, CheckRunsEveryCheckOnAGeneratedCase) {
     const fs::path dir = write_generated_case(tmp, seed);
     const Result r = mlarope("check " + dir.string() + " --backend reference", tmp);
     EXPECT_EQ(r.status, 0) << r.out << r.err;
-    for (const char* check : {"value", "coverage", "immutability", "bounds", "round_trip", "adjoint",
-                              "in_place", "graph_replay", "determinism", "order_independence"})
+    for (const char* check :
+         {"value", "coverage", "immutability", "bounds", "round_trip", "adjoint", "in_place",
+          "graph_replay", "determinism", "order_independence"})
       EXPECT_NE(r.out.find(check), std::string::npos) << check;
   }
 }
@@ -78,7 +80,8 @@ TEST(Cli, CheckRunsEveryCheckOnAGeneratedCase) {
 TEST(Cli, CheckRunsASubset) {
   TempDir tmp;
   const fs::path dir = write_generated_case(tmp, 4);
-  const Result r = mlarope("check " + dir.string() + " --backend reference --checks value,bounds --seed 9", tmp);
+  const Result r =
+      mlarope("check " + dir.string() + " --backend reference --checks value,bounds --seed 9", tmp);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("2 passed"), std::string::npos) << r.out;
 }
@@ -131,14 +134,18 @@ TEST(Cli, MalformedInputsGiveOneLineErrors) {
 TEST(Cli, FuzzWritesItsReport) {
   TempDir tmp;
   const fs::path out = tmp.path() / "fuzz";
-  const Result r = mlarope("fuzz --cases 60 --seed 3 --backend reference --ops rope,kv_split --jobs 2 --out " + out.string(), tmp);
+  const Result r =
+      mlarope("fuzz --cases 60 --seed 3 --backend reference --ops rope,kv_split --jobs 2 --out " +
+                  out.string(),
+              tmp);
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("cases/s"), std::string::npos) << r.out;
   const nlohmann::json j = nlohmann::json::parse(slurp(out / "fuzz.json"));
   EXPECT_EQ(j["cases"], 60);
   EXPECT_EQ(j["failing_cases"], 0);
   EXPECT_EQ(j["counts"]["op"].size(), 2u);
-  for (const char* key : {"layout", "dtype", "triple", "cp_size"}) EXPECT_TRUE(j["counts"].contains(key)) << key;
+  for (const char* key : {"layout", "dtype", "triple", "cp_size"})
+    EXPECT_TRUE(j["counts"].contains(key)) << key;
   EXPECT_EQ(j["checks"]["value"]["pass"], 60);
   EXPECT_TRUE(j["ulp_histograms"].contains("f32"));
 }
@@ -147,9 +154,11 @@ TEST(Cli, FuzzWritesItsReport) {
 TEST(Cli, FuzzDrawsOnlyTheDtypesAsked) {
   TempDir tmp;
   const fs::path out = tmp.path() / "fuzz";
-  const Result r = mlarope("fuzz --cases 200 --seed 4 --backend reference --ops rope --dtypes bf16,bf16 "
-                           "--table-dtypes f16,f32 --no-in-place --layouts interleaved/half/* --out " +
-                           out.string(), tmp);
+  const Result r =
+      mlarope("fuzz --cases 200 --seed 4 --backend reference --ops rope --dtypes bf16,bf16 "
+              "--table-dtypes f16,f32 --no-in-place --layouts interleaved/half/* --out " +
+                  out.string(),
+              tmp);
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(out / "fuzz.json"));
   EXPECT_EQ(j["counts"]["dtype"], nlohmann::json({{"bf16", 200}}));
@@ -159,7 +168,8 @@ TEST(Cli, FuzzDrawsOnlyTheDtypesAsked) {
   EXPECT_EQ(j["dtypes"], nlohmann::json({"bf16"}));
   EXPECT_EQ(j["in_place"], false);
   for (const auto& [triple, n] : j["counts"]["triple"].items())  // the table layout still varies
-    EXPECT_TRUE(triple == "interleaved/half/half" || triple == "interleaved/half/interleaved") << triple;
+    EXPECT_TRUE(triple == "interleaved/half/half" || triple == "interleaved/half/interleaved")
+        << triple;
   EXPECT_EQ(j["counts"]["triple"].size(), 2u);
 }
 
@@ -169,23 +179,31 @@ TEST(Cli, FuzzDrawsOnlyTheDtypesAsked) {
 TEST(Cli, FuzzReachesEveryEdgeValueAndDrawsYarnTables) {
   TempDir tmp;
   const fs::path out = tmp.path() / "fuzz";
-  const Result r = mlarope("fuzz --cases 1500 --seed 5 --backend reference --jobs 2 --out " + out.string(), tmp);
+  const Result r =
+      mlarope("fuzz --cases 1500 --seed 5 --backend reference --jobs 2 --out " + out.string(), tmp);
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("edge values reached"), std::string::npos) << r.out;
   const nlohmann::json j = nlohmann::json::parse(slurp(out / "fuzz.json"));
-  for (const char* edge : {"tie", "near_max", "overflow", "subnormal", "signed_zero", "nan_payload"}) {
+  for (const char* edge :
+       {"tie", "near_max", "overflow", "subnormal", "signed_zero", "nan_payload"}) {
     ASSERT_TRUE(j["counts"]["edge_values"].contains(edge)) << edge << " never reached\n" << r.out;
     EXPECT_GT(j["counts"]["edge_values"][edge].get<int>(), 0) << edge;
   }
   EXPECT_GT(j["counts"]["op"]["yarn_tables"].get<int>(), 100) << r.out;
   EXPECT_EQ(j["ops"].back(), "yarn_tables");
-  for (const char* values : {"ties", "nan_payloads"}) EXPECT_TRUE(j["counts"]["values"].contains(values)) << values;
+  for (const char* values : {"ties", "nan_payloads"})
+    EXPECT_TRUE(j["counts"]["values"].contains(values)) << values;
   // --ops without yarn_tables draws none; --ops yarn_tables draws only it, and a yarn case
   // directory replays with mlarope check.
-  const Result none = mlarope("fuzz --cases 50 --backend reference --ops rope --out " + (tmp.path() / "a").string(), tmp);
+  const Result none =
+      mlarope("fuzz --cases 50 --backend reference --ops rope --out " + (tmp.path() / "a").string(),
+              tmp);
   ASSERT_EQ(none.status, 0) << none.out << none.err;
-  EXPECT_FALSE(nlohmann::json::parse(slurp(tmp.path() / "a" / "fuzz.json"))["counts"]["op"].contains("yarn_tables"));
-  const Result only = mlarope("fuzz --cases 50 --backend host --ops yarn_tables --out " + (tmp.path() / "b").string(), tmp);
+  EXPECT_FALSE(
+      nlohmann::json::parse(slurp(tmp.path() / "a" / "fuzz.json"))["counts"]["op"].contains(
+          "yarn_tables"));
+  const Result only = mlarope(
+      "fuzz --cases 50 --backend host --ops yarn_tables --out " + (tmp.path() / "b").string(), tmp);
   ASSERT_EQ(only.status, 0) << only.out << only.err;
   EXPECT_EQ(nlohmann::json::parse(slurp(tmp.path() / "b" / "fuzz.json"))["counts"]["op"],
             nlohmann::json({{"yarn_tables", 50}}));
@@ -204,23 +222,33 @@ TEST(Cli, YarnWritesTheTablesOfTheReferenceAndTheKernel) {
   TempDir tmp;
   const std::string args = " --rows 300 --emb-dim 64 --offset 7 --scaling-factor 40 --mscale 0.9 "
                            "--mscale-all-dim 0.7 --original-max-position-embeddings 64 ";
-  for (const char* variant : {"--dtype f32", "--dtype bf16 --table-layout interleaved", "--dtype f16"}) {
+  for (const char* variant :
+       {"--dtype f32", "--dtype bf16 --table-layout interleaved", "--dtype f16"}) {
     const fs::path ref = tmp.path() / "ref", host = tmp.path() / "host";
-    ASSERT_EQ(mlarope("yarn" + args + variant + " --out " + ref.string(), tmp).status, 0) << variant;
-    ASSERT_EQ(mlarope("yarn" + args + variant + " --backend host --out " + host.string(), tmp).status, 0);
+    ASSERT_EQ(mlarope("yarn" + args + variant + " --out " + ref.string(), tmp).status, 0)
+        << variant;
+    ASSERT_EQ(
+        mlarope("yarn" + args + variant + " --backend host --out " + host.string(), tmp).status, 0);
     for (const char* table : {"cos.npy", "sin.npy"})
       EXPECT_EQ(slurp(ref / table), slurp(host / table)) << variant << " " << table;
     const nlohmann::json j = nlohmann::json::parse(slurp(ref / "yarn.json"));
-    const harness::YarnTable y = harness::parse_yarn(j["yarn"], "yarn.json");  // the form case.json takes
+    const harness::YarnTable y =
+        harness::parse_yarn(j["yarn"], "yarn.json");  // the form case.json takes
     EXPECT_EQ(y.rows, 300);
     EXPECT_EQ(y.params.mscale, 0.9);
     const npy::Array cos = npy::read(ref / "cos.npy");
     EXPECT_EQ(cos.shape, (std::vector<std::int64_t>{300, 64}));
-    EXPECT_EQ(cos.bytes, harness::yarn_arrays(y, 64, parse_dtype(j["table_dtype"].get<std::string>()),
-                                     parse_pair_layout(j["table_layout"].get<std::string>())).first.bytes);
+    EXPECT_EQ(cos.bytes,
+              harness::yarn_arrays(y, 64, parse_dtype(j["table_dtype"].get<std::string>()),
+                                   parse_pair_layout(j["table_layout"].get<std::string>()))
+                  .first.bytes);
   }
-  EXPECT_EQ(mlarope("yarn --rows 2 --emb-dim 7 --out " + (tmp.path() / "odd").string(), tmp).status, 2);
-  EXPECT_EQ(mlarope("yarn --rows 2 --emb-dim 8 --backend cuda --out " + (tmp.path() / "c").string(), tmp).status, 2);
+  EXPECT_EQ(mlarope("yarn --rows 2 --emb-dim 7 --out " + (tmp.path() / "odd").string(), tmp).status,
+            2);
+  EXPECT_EQ(mlarope("yarn --rows 2 --emb-dim 8 --backend cuda --out " + (tmp.path() / "c").string(),
+                    tmp)
+                .status,
+            2);
 }
 
 TEST(Cli, RunStillWorks) {
@@ -229,7 +257,8 @@ TEST(Cli, RunStillWorks) {
   if (!fs::exists(example)) GTEST_SKIP() << "no examples folder";
   for (const auto& entry : fs::directory_iterator(example)) {
     if (!fs::exists(entry.path() / "case.json")) continue;
-    const Result r = mlarope("run " + entry.path().string() + " --out " + (tmp.path() / "out").string(), tmp);
+    const Result r =
+        mlarope("run " + entry.path().string() + " --out " + (tmp.path() / "out").string(), tmp);
     EXPECT_EQ(r.status, 0) << r.out << r.err;
   }
 }
@@ -238,7 +267,8 @@ TEST(Cli, RunStillWorks) {
 // in run and check, on every backend, with the status named; the valid case exits 0.
 TEST(Cli, InvalidMetadataExitsWithStatusFour) {
   TempDir tmp;
-  const fs::path example = fs::path(MLAROPE_SOURCE_DIR) / "examples" / "mla_kv_split_backward_thd_cp4";
+  const fs::path example =
+      fs::path(MLAROPE_SOURCE_DIR) / "examples" / "mla_kv_split_backward_thd_cp4";
   if (!fs::exists(example / "case.json")) GTEST_SKIP() << "no example case " << example;
   const fs::path bad = tmp.path() / "bad_cu_seqlens";
   fs::copy(example, bad);
@@ -285,7 +315,8 @@ TEST(Cli, DiagnosticsGoToStderrAndResultsToStdout) {
   EXPECT_NE(r.out.find("vs expected_out.npy"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("differ from expected"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("differ from expected"), std::string::npos) << r.out;
-  // fuzz: a failing run -> exit 1; the summary on stdout, the failures' verdict and progress on stderr.
+  // fuzz: a failing run -> exit 1; the summary on stdout, the failures' verdict and progress on
+  // stderr.
   const fs::path fuzz = tmp.path() / "fuzz";
   r = mlarope("fuzz --seconds 6 --backend broken:dropped_inverse --out " + fuzz.string(), tmp);
   EXPECT_EQ(r.status, 1) << r.out << r.err;
@@ -302,12 +333,16 @@ TEST(Cli, DiagnosticsGoToStderrAndResultsToStdout) {
   EXPECT_NE(r.out.find("failed"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("failed: "), std::string::npos) << r.err;
   // compare and report: a slower change -> exit 1; the table on stdout, the verdict on stderr.
-  nlohmann::json base = {{"context", {{"host_name", "m"}, {"num_cpus", 2}, {"cpu_model", "c"}, {"copy_GBps", "30"}}},
-                         {"benchmarks", nlohmann::json::array()}};
+  nlohmann::json base = {
+      {"context", {{"host_name", "m"}, {"num_cpus", 2}, {"cpu_model", "c"}, {"copy_GBps", "30"}}},
+      {"benchmarks", nlohmann::json::array()}};
   nlohmann::json slow = base;
   for (int i = 0; i < 9; ++i) {
-    nlohmann::json b = {{"name", "rope/host/s/real_time"}, {"run_type", "iteration"}, {"real_time", 1.0},
-                        {"time_unit", "ms"}, {"floor_fraction", 0.8 + 0.001 * i}};
+    nlohmann::json b = {{"name", "rope/host/s/real_time"},
+                        {"run_type", "iteration"},
+                        {"real_time", 1.0},
+                        {"time_unit", "ms"},
+                        {"floor_fraction", 0.8 + 0.001 * i}};
     base["benchmarks"].push_back(b);
     b["floor_fraction"] = 0.4 + 0.001 * i;
     slow["benchmarks"].push_back(b);
@@ -320,8 +355,8 @@ TEST(Cli, DiagnosticsGoToStderrAndResultsToStdout) {
   EXPECT_EQ(r.status, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("**SLOWER**"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("SLOWER (exit status 1)"), std::string::npos) << r.err;
-  r = mlarope("report " + (tmp.path() / "slow.json").string() + " --baseline " + (tmp.path() / "base.json").string() +
-                  " --out " + (tmp.path() / "rep").string(),
+  r = mlarope("report " + (tmp.path() / "slow.json").string() + " --baseline " +
+                  (tmp.path() / "base.json").string() + " --out " + (tmp.path() / "rep").string(),
               tmp);
   EXPECT_EQ(r.status, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("# mlarope report"), std::string::npos) << r.out;

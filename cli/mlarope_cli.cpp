@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The mlarope command-line tool: run a case file (docs/semantics.md §7) on a backend, check it with every
-// check of docs/architecture.md, or fuzz a backend with random cases. Exit statuses: see kExitStatuses.
+// The mlarope command-line tool: run a case file (docs/semantics.md §7) on a backend, check it with
+// every check of docs/architecture.md, or fuzz a backend with random cases. Exit statuses: see
+// kExitStatuses.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,17 +13,17 @@
 #include <iomanip>
 #include <iostream>
 
-#include "fuzz/broken_backends.h"
 #include "backends/case_run.h"
 #include "checks/checks.h"
 #include "checks/compare.h"
+#include "checks/tolerance.h"
 #include "checks/yarn_check.h"
+#include "fuzz/broken_backends.h"
 #include "fuzz/fuzz.h"
 #include "mlarope/error.h"
 #include "mlarope/timing.h"
 #include "reference.h"
 #include "report_command.h"
-#include "checks/tolerance.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;
@@ -39,8 +40,10 @@ constexpr int kExitDeviceStatus = 4;  // run, check: the call's status word is n
 constexpr const char* kExitStatuses =
     "Exit status: 0 ok; 1 a check or fuzz case failed, or (report, compare) a benchmark is "
     "SLOWER; 2 an error (command line, case file, invalid call); 3 (run) outputs off the case's "
-    "expected_*.npy, (report, compare) the gate cannot decide (a key UNKNOWN, never a pass); 4 (run, check) the call's "
-    "device status word reports invalid metadata (docs/semantics.md §5: bad cu_seqlens, a sequence length "
+    "expected_*.npy, (report, compare) the gate cannot decide (a key UNKNOWN, never a pass); 4 "
+    "(run, check) the call's "
+    "device status word reports invalid metadata (docs/semantics.md §5: bad cu_seqlens, a sequence "
+    "length "
     "not divisible by 2 * cp_size, or a freq_row outside the table).";
 
 // The status word of a call that ran: ok, or a line on stderr saying what is wrong and
@@ -57,7 +60,8 @@ int status_exit(DeviceStatus status) {
 std::string describe(const Case& c) {
   const CaseConfig& k = c.config;
   std::string s = std::string(to_string(k.op)) + " " + std::string(to_string(k.layout)) + " " +
-                  std::string(to_string(k.dtype)) + " (table " + std::string(to_string(k.table_dtype)) +
+                  std::string(to_string(k.dtype)) + " (table " +
+                  std::string(to_string(k.table_dtype)) +
                   "), layouts in=" + std::string(to_string(k.in_layout)) +
                   " out=" + std::string(to_string(k.out_layout)) +
                   " table=" + std::string(to_string(k.table_layout));
@@ -97,21 +101,26 @@ void print_model_stats(const std::vector<ModelLaunchStats>& launches, std::int64
   for (const ModelLaunchStats& s : launches) {
     std::cout << "  GPU model: " << s.kernel << ", grid " << s.blocks << " x " << s.threads
               << ", sector efficiency " << std::setprecision(3) << s.sector_efficiency();
-    if (s.index_loads > 0) std::cout << ", " << s.index_loads << " index loads (THD gate and row plans)";
-    if (s.model_bytes > 0) std::cout << ", model state " << std::setprecision(3) << s.model_bytes / 1048576.0 << " MiB";
+    if (s.index_loads > 0)
+      std::cout << ", " << s.index_loads << " index loads (THD gate and row plans)";
+    if (s.model_bytes > 0)
+      std::cout << ", model state " << std::setprecision(3) << s.model_bytes / 1048576.0 << " MiB";
     std::cout << "\n";
     dram += s.dram_bytes;
     if (cuda_kernel_of(s.kernel).empty()) continue;
-    const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, s.dram_bytes);
-    std::cout << "  timing model (" << h200.name << "): " << std::setprecision(3) << p.seconds * 1e6 << " us, "
-              << p.occupancy.blocks_per_sm << " blocks/SM (" << p.occupancy.limit << "), " << p.waves << " waves, "
-              << p.round_trips_per_block << " round trips a block, " << p.bytes_in_flight_per_sm / 1024
+    const TimePrediction p =
+        predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, s.dram_bytes);
+    std::cout << "  timing model (" << h200.name << "): " << std::setprecision(3) << p.seconds * 1e6
+              << " us, " << p.occupancy.blocks_per_sm << " blocks/SM (" << p.occupancy.limit
+              << "), " << p.waves << " waves, " << p.round_trips_per_block
+              << " round trips a block, " << p.bytes_in_flight_per_sm / 1024
               << " KiB in flight an SM, " << p.limit << " bound\n";
   }
   if (launches.empty() || minimum <= 0) return;
   std::cout << "  GPU model: predicted DRAM " << dram << " bytes = " << std::setprecision(3)
             << static_cast<double>(dram) / static_cast<double>(minimum) << " x the minimum ("
-            << minimum << " bytes)\n" << std::setprecision(6);
+            << minimum << " bytes)\n"
+            << std::setprecision(6);
 }
 
 // mlarope run: read, run, write, and compare with expected_<name>.npy where the case has them.
@@ -132,7 +141,8 @@ int run_command(const RunOptions& o) {
             << describe_status(outputs.status) << "\n";
   if (backend.take_model_stats) print_model_stats(backend.take_model_stats(), minimum_bytes(c));
   if (!o.out_dir.empty()) write_outputs(o.out_dir, outputs);
-  // The reference rounds once: within 1 ulp. Optimized backends: the tolerance model (docs/architecture.md).
+  // The reference rounds once: within 1 ulp. Optimized backends: the tolerance model
+  // (docs/architecture.md).
   const bool is_reference = backend.name == "reference";
   int worse_than_one_ulp = 0;
   std::map<std::string, npy::Array> expected_arrays;
@@ -149,13 +159,15 @@ int run_command(const RunOptions& o) {
     std::cout << "\n";
   }
   if (is_reference && worse_than_one_ulp) {
-    std::cerr << "  " << worse_than_one_ulp << " output(s) differ from expected by more than 1 ulp\n";
+    std::cerr << "  " << worse_than_one_ulp
+              << " output(s) differ from expected by more than 1 ulp\n";
     return kExitOffExpected;
   }
-  if (!is_reference && expected_arrays.size() == outputs.arrays.size() && !expected_arrays.empty()) {
+  if (!is_reference && expected_arrays.size() == outputs.arrays.size() &&
+      !expected_arrays.empty()) {
     const ToleranceResult t = check_tolerance(c, outputs.arrays, expected_arrays);
-    std::cout << "  tolerance model: " << (t.ok() ? "ok" : "VIOLATED") << ", "
-              << t.checked << " elements";
+    std::cout << "  tolerance model: " << (t.ok() ? "ok" : "VIOLATED") << ", " << t.checked
+              << " elements";
     if (!t.ok()) std::cout << ", " << t.violations << " outside, first " << t.first_violation;
     std::cout << "\n";
     if (!t.ok()) {
@@ -170,8 +182,11 @@ int run_command(const RunOptions& o) {
 
 // A gate's exit status, said on stderr when it is not a pass.
 int gate_exit(const char* command, int status) {
-  if (status == 1) std::cerr << "mlarope " << command << ": a benchmark is SLOWER (exit status 1)\n";
-  if (status == 3) std::cerr << "mlarope " << command << ": the gate cannot decide, a benchmark is UNKNOWN (exit status 3)\n";
+  if (status == 1)
+    std::cerr << "mlarope " << command << ": a benchmark is SLOWER (exit status 1)\n";
+  if (status == 3)
+    std::cerr << "mlarope " << command
+              << ": the gate cannot decide, a benchmark is UNKNOWN (exit status 3)\n";
   return status;
 }
 
@@ -186,10 +201,12 @@ void add_gate_options(CLI::App* cmd, reports::GateOptions& gate) {
   cmd->add_option("--gpu-min-effect", gate.gpu_min_effect,
                   "smallest relative drop that fails, keys of a CUDA backend")
       ->capture_default_str();
-  cmd->add_option("--key-min-effect", gate.key_min_effect,
-                  "KEY=FRACTION: the smallest drop for a key or key prefix (repeatable; the longest "
-                  "prefix wins)");
-  cmd->add_option("--min-samples", gate.min_samples, "repetitions a side below which a key is UNKNOWN")
+  cmd->add_option(
+      "--key-min-effect", gate.key_min_effect,
+      "KEY=FRACTION: the smallest drop for a key or key prefix (repeatable; the longest "
+      "prefix wins)");
+  cmd->add_option("--min-samples", gate.min_samples,
+                  "repetitions a side below which a key is UNKNOWN")
       ->capture_default_str();
 }
 
@@ -203,9 +220,10 @@ void add_report(CLI::App& app, reports::ReportOptions& report) {
       "summary and append it to $GITHUB_STEP_SUMMARY when set. With --baseline (a Google Benchmark "
       "JSON with every repetition, recorded on this machine), exit status 1 if a key is SLOWER, 3 "
       "if the gate cannot decide (UNKNOWN); a baseline of another machine is not applied.");
-  cmd->add_option("INPUTS", report.inputs,
-                  "fuzz.json, benchmark JSON and ptxas.txt files; folders `mlarope fuzz --out` wrote (their "
-                  "fuzz.json, or each shard-*/fuzz.json of a sharded run); quoted glob patterns")
+  cmd->add_option(
+         "INPUTS", report.inputs,
+         "fuzz.json, benchmark JSON and ptxas.txt files; folders `mlarope fuzz --out` wrote (their "
+         "fuzz.json, or each shard-*/fuzz.json of a sharded run); quoted glob patterns")
       ->required();
   cmd->add_option("--out", report.out_dir, "output directory")->capture_default_str();
   cmd->add_option("--baseline", report.baseline,
@@ -216,7 +234,8 @@ void add_report(CLI::App& app, reports::ReportOptions& report) {
                   "history folder: record this run's medians as one JSON per commit (created if "
                   "missing) and draw each op's floor fraction over the commits");
   cmd->add_option("--commit", report.commit,
-                  "the commit a history entry names (default: $GITHUB_SHA, $CI_COMMIT_SHA or git rev-parse HEAD)");
+                  "the commit a history entry names (default: $GITHUB_SHA, $CI_COMMIT_SHA or git "
+                  "rev-parse HEAD)");
   add_gate_options(cmd, report.gate);
 }
 
@@ -230,15 +249,20 @@ void add_compare(CLI::App& app, reports::CompareCommandOptions& compare) {
       "DIR/summary.md and DIR/junit.xml. Exit status 0 pass, 1 a key SLOWER, 3 a key UNKNOWN "
       "(never a pass). With --repeat-base and --repeat-change (the SLOWER keys measured again), "
       "a key stays SLOWER only if the repeat finds it SLOWER too.");
-  cmd->add_option("--base", compare.base, "the base's benchmark JSON files")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--base", compare.base, "the base's benchmark JSON files")
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_option("--change", compare.change, "the change's benchmark JSON files")
-      ->required()->check(CLI::ExistingFile);
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_option("--repeat-base", compare.repeat_base, "the base measured again (the SLOWER keys)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--repeat-change", compare.repeat_change, "the change measured again (the SLOWER keys)")
+  cmd->add_option("--repeat-change", compare.repeat_change,
+                  "the change measured again (the SLOWER keys)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--out", compare.out_dir, "output directory")->capture_default_str();
-  cmd->add_option("--slower-keys", compare.slower_keys, "write the SLOWER keys to this file, one a line");
+  cmd->add_option("--slower-keys", compare.slower_keys,
+                  "write the SLOWER keys to this file, one a line");
   add_gate_options(cmd, compare.gate);
 }
 
@@ -274,14 +298,16 @@ int failed_checks(const CheckReport& report) {
   if (report.ok()) return 0;
   std::string names;
   for (const CheckResult& r : report.results)
-    if (r.outcome == Outcome::fail) names += (names.empty() ? "" : ", ") + std::string(to_string(r.check));
+    if (r.outcome == Outcome::fail)
+      names += (names.empty() ? "" : ", ") + std::string(to_string(r.check));
   std::cerr << "  failed: " << names << "\n";
   return kExitCheckFailed;
 }
 
 bool print_report(const CheckReport& report, const Backend& backend) {
   if (!report.unsupported.empty()) {
-    std::cout << "  not supported by " << backend.name << ": " << report.unsupported << " (no check ran)\n";
+    std::cout << "  not supported by " << backend.name << ": " << report.unsupported
+              << " (no check ran)\n";
     return false;
   }
   int counts[3] = {0, 0, 0};
@@ -289,7 +315,8 @@ bool print_report(const CheckReport& report, const Backend& backend) {
     std::cout << "  " << format_result(r) << "\n";
     ++counts[int(r.outcome)];
   }
-  std::cout << "  " << counts[0] << " passed, " << counts[1] << " failed, " << counts[2] << " skipped\n";
+  std::cout << "  " << counts[0] << " passed, " << counts[1] << " failed, " << counts[2]
+            << " skipped\n";
   return true;
 }
 
@@ -321,10 +348,10 @@ int check_command(const CheckCommandOptions& o) {
   if (o.seed_given) options.seed = o.seed;
   const Backend backend = props::resolve_backend(o.backend);
   const LayoutPlan& p = options.layout;
-  std::cout << o.case_dir << ": " << describe(c) << "\n  backend " << backend.name << "; layout head_gap "
-            << p.head_gap << ", row_gap " << p.row_gap << ", table_gap " << p.table_gap
-            << (p.misalign ? ", misaligned" : "") << (p.broadcast_heads ? ", broadcast heads" : "")
-            << "; seed " << options.seed << "\n";
+  std::cout << o.case_dir << ": " << describe(c) << "\n  backend " << backend.name
+            << "; layout head_gap " << p.head_gap << ", row_gap " << p.row_gap << ", table_gap "
+            << p.table_gap << (p.misalign ? ", misaligned" : "")
+            << (p.broadcast_heads ? ", broadcast heads" : "") << "; seed " << options.seed << "\n";
   const CheckReport report = run_checks(c, backend, options);
   if (!print_report(report, backend)) return 0;
   if (!report.ok()) return failed_checks(report);
@@ -345,7 +372,8 @@ Op parse_op_name(const std::string& name) {
   try {
     return parse_op(name, "--ops");
   } catch (const Error&) {
-    throw Error("--ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
+    throw Error("--ops: '" + name +
+                "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
   }
 }
 
@@ -360,18 +388,22 @@ int fuzz_command(FuzzCommandOptions o) {
     o.fuzz.yarn_only = yarn_listed && o.fuzz.ops.empty();
   }
   for (const std::string& name : o.dtypes) o.fuzz.dtypes.push_back(parse_dtype(name, "--dtypes"));
-  for (const std::string& name : o.table_dtypes) o.fuzz.table_dtypes.push_back(parse_dtype(name, "--table-dtypes"));
+  for (const std::string& name : o.table_dtypes)
+    o.fuzz.table_dtypes.push_back(parse_dtype(name, "--table-dtypes"));
   o.fuzz.shard = resolve_shard(o.shard_index, o.shard_count);
   if (o.shard_info) {  // for scripts (ci/fuzz-shard.sh): the shard this process would run
-    std::cout << o.fuzz.shard.index << " " << o.fuzz.shard.count << " " << o.fuzz.shard.source << "\n";
+    std::cout << o.fuzz.shard.index << " " << o.fuzz.shard.count << " " << o.fuzz.shard.source
+              << "\n";
     return 0;
   }
-  o.fuzz.out = o.fuzz.shard.count > 1 ? fs::path(o.out) / shard_folder(o.fuzz.shard) : fs::path(o.out);
+  o.fuzz.out =
+      o.fuzz.shard.count > 1 ? fs::path(o.out) / shard_folder(o.fuzz.shard) : fs::path(o.out);
   // Progress on stderr: stdout carries the summary only, for pipes and scripts.
   const bool tty = isatty(fileno(stderr)) != 0;
   const FuzzStats stats = run_fuzz(o.fuzz, std::cerr, tty);
   FuzzOptions shown = o.fuzz;
-  if (shown.ops.empty()) shown.ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
+  if (shown.ops.empty())
+    shown.ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
   std::cout << summary(stats, shown);
   if (stats.failing_cases == 0) return 0;
   std::cerr << "mlarope fuzz: " << stats.failing_cases << " failing case(s), written under "
@@ -384,8 +416,10 @@ void add_run(CLI::App& app, RunOptions& run) {
       "run",
       "Run one case on a backend, write its outputs (out.npy, grad_t.npy, key.npy + value.npy, or "
       "grad_kv.npy + grad_k_pe.npy) in the activation dtype, and compare them with any "
-      "expected_<output>.npy in the case directory (exit status 3 if the reference is more than 1 ulp "
-      "away, or an optimized backend outside the tolerance model (docs/architecture.md); exit status 4 if the call's "
+      "expected_<output>.npy in the case directory (exit status 3 if the reference is more than 1 "
+      "ulp "
+      "away, or an optimized backend outside the tolerance model (docs/architecture.md); exit "
+      "status 4 if the call's "
       "device status word reports invalid metadata).");
   cmd->add_option("CASE_DIR", run.case_dir, "case directory holding case.json")
       ->required()
@@ -397,9 +431,11 @@ void add_run(CLI::App& app, RunOptions& run) {
 void add_check(CLI::App& app, CheckCommandOptions& check) {
   CLI::App* cmd = app.add_subcommand(
       "check",
-      "Run every check of docs/architecture.md (value, coverage, immutability, bounds, round trip, adjoint, "
+      "Run every check of docs/architecture.md (value, coverage, immutability, bounds, round trip, "
+      "adjoint, "
       "in place, graph replay, determinism, order independence) on one case and print each result; "
-      "uses the case's checks.json (layout plan, seed) when it has one. Exit status 1 if a check fails, "
+      "uses the case's checks.json (layout plan, seed) when it has one. Exit status 1 if a check "
+      "fails, "
       "4 if every check passed but the call's device status word reports invalid metadata.");
   cmd->add_option("CASE_DIR", check.case_dir, "case directory holding case.json")
       ->required()
@@ -420,33 +456,51 @@ void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
   FuzzOptions& f = fuzz.fuzz;
   f.backend = default_backend();
   cmd->add_option("--seconds", f.seconds, "time budget in seconds")->check(CLI::Range(0.0, 1e7));
-  cmd->add_option("--cases", f.cases, "case budget")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  cmd->add_option("--cases", f.cases, "case budget")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   cmd->add_option("--seed", f.seed, "seed of the run")->capture_default_str();
   cmd->add_option("--backend", f.backend, known_backends())->capture_default_str();
   cmd->add_option("--ops", fuzz.ops,
-                  "ops to draw, comma separated: rope, rope_backward, kv_split, kv_split_backward, yarn_tables "
+                  "ops to draw, comma separated: rope, rope_backward, kv_split, kv_split_backward, "
+                  "yarn_tables "
                   "(default all; yarn_tables only where the backend has it)")
       ->delimiter(',');
-  cmd->add_option("--dtypes", fuzz.dtypes, "activation dtypes to draw (f32,bf16,f16; default all)")->delimiter(',');
-  cmd->add_option("--table-dtypes", fuzz.table_dtypes, "table dtypes to draw (default all)")->delimiter(',');
-  cmd->add_flag("!--no-in-place", f.in_place, "draw no in-place calls (for a backend without them)");
-  cmd->add_option("--layouts", f.layouts, "pair layouts to draw, IN/OUT/TABLE, each half, interleaved or * "
-                                          "(e.g. interleaved/half/*)");
-  cmd->add_option("--out", fuzz.out, "output directory (a shard of several writes into DIR/shard-NNNN)")
+  cmd->add_option("--dtypes", fuzz.dtypes, "activation dtypes to draw (f32,bf16,f16; default all)")
+      ->delimiter(',');
+  cmd->add_option("--table-dtypes", fuzz.table_dtypes, "table dtypes to draw (default all)")
+      ->delimiter(',');
+  cmd->add_flag("!--no-in-place", f.in_place,
+                "draw no in-place calls (for a backend without them)");
+  cmd->add_option("--layouts", f.layouts,
+                  "pair layouts to draw, IN/OUT/TABLE, each half, interleaved or * "
+                  "(e.g. interleaved/half/*)");
+  cmd->add_option("--out", fuzz.out,
+                  "output directory (a shard of several writes into DIR/shard-NNNN)")
       ->capture_default_str();
-  cmd->add_option("--shard-index", fuzz.shard_index,
-                  "this shard's index, 0-based (default: from SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX "
-                  "or GTEST_SHARD_INDEX; see docs/cluster-fuzzing.md)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--shard-count", fuzz.shard_count,
-                  "number of shards (default: SLURM_ARRAY_TASK_COUNT, MLAROPE_SHARD_COUNT with "
-                  "JOB_COMPLETION_INDEX, or GTEST_TOTAL_SHARDS); shards run disjoint cases of one seed")
+  cmd->add_option(
+         "--shard-index", fuzz.shard_index,
+         "this shard's index, 0-based (default: from SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX "
+         "or GTEST_SHARD_INDEX; see docs/cluster-fuzzing.md)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option(
+         "--shard-count", fuzz.shard_count,
+         "number of shards (default: SLURM_ARRAY_TASK_COUNT, MLAROPE_SHARD_COUNT with "
+         "JOB_COMPLETION_INDEX, or GTEST_TOTAL_SHARDS); shards run disjoint cases of one seed")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--shard-info", fuzz.shard_info, "print this process's shard (INDEX COUNT SOURCE) and exit");
-  cmd->add_option("--size", f.size, "generator size: 100 gives the default distributions, more "
-                                    "allows more rows per case")->capture_default_str()->check(CLI::Range(0, 100000));
-  cmd->add_option("--jobs", f.jobs, "worker threads")->capture_default_str()->check(CLI::Range(1, 256));
-  cmd->add_option("--max-failure-dirs", f.max_failure_dirs, "failing cases written as directories at most")
-      ->capture_default_str()->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  cmd->add_flag("--shard-info", fuzz.shard_info,
+                "print this process's shard (INDEX COUNT SOURCE) and exit");
+  cmd->add_option("--size", f.size,
+                  "generator size: 100 gives the default distributions, more "
+                  "allows more rows per case")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--jobs", f.jobs, "worker threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--max-failure-dirs", f.max_failure_dirs,
+                  "failing cases written as directories at most")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
 }
 
 // --- yarn --------------------------------------------------------------------------------------
@@ -458,18 +512,21 @@ struct YarnCommandOptions {
   double concentration = std::nan("");
 };
 
-// mlarope yarn: the YaRN tables of docs/semantics.md §4 as DIR/cos.npy and DIR/sin.npy, and DIR/yarn.json (the
-// parameters, in case.json's "yarn" form), from the reference or the host backend's kernel.
+// mlarope yarn: the YaRN tables of docs/semantics.md §4 as DIR/cos.npy and DIR/sin.npy, and
+// DIR/yarn.json (the parameters, in case.json's "yarn" form), from the reference or the host
+// backend's kernel.
 int yarn_command(YarnCommandOptions o) {
   const DType dtype = parse_dtype(o.dtype, "--dtype");
   const PairLayout layout = parse_pair_layout(o.table_layout, "--table-layout");
   o.table.params.concentration_override = o.concentration;
-  if (o.backend != "reference" && o.backend != "host") throw Error("--backend " + o.backend + ": expected reference or host");
+  if (o.backend != "reference" && o.backend != "host")
+    throw Error("--backend " + o.backend + ": expected reference or host");
   auto [cos, sin] = o.backend == "reference" ? yarn_arrays(o.table, o.emb_dim, dtype, layout)
                                              : std::pair<npy::Array, npy::Array>{};
   if (o.backend == "host") {  // the kernel's own tables (the same single source as CUDA's)
     cos = sin = npy::make(storage_dtype(dtype), {o.table.rows, o.emb_dim});
-    YarnTablesCall call{o.table.params, o.table.offset, layout, view_of(cos, dtype), view_of(sin, dtype)};
+    YarnTablesCall call{o.table.params, o.table.offset, layout, view_of(cos, dtype),
+                        view_of(sin, dtype)};
     Stream stream = Stream::host();
     yarn_tables(call, stream);
     stream.synchronize();
@@ -479,13 +536,17 @@ int yarn_command(YarnCommandOptions o) {
   if (ec) throw Error("--out " + o.out + ": cannot create: " + ec.message());
   npy::write(fs::path(o.out) / "cos.npy", cos);
   npy::write(fs::path(o.out) / "sin.npy", sin);
-  nlohmann::json j = {{"yarn", to_json(o.table)}, {"emb_dim", o.emb_dim}, {"table_dtype", o.dtype},
-                      {"table_layout", o.table_layout}, {"backend", o.backend}};
+  nlohmann::json j = {{"yarn", to_json(o.table)},
+                      {"emb_dim", o.emb_dim},
+                      {"table_dtype", o.dtype},
+                      {"table_layout", o.table_layout},
+                      {"backend", o.backend}};
   std::ofstream(fs::path(o.out) / "yarn.json") << j.dump(1) << "\n";
-  std::cout << "yarn: cos.npy, sin.npy [" << o.table.rows << ", " << o.emb_dim << "] " << o.dtype << " ("
-            << o.table_layout << ", positions " << o.table.offset << ".." << o.table.offset + o.table.rows - 1
-            << ", concentration " << reference::yarn_concentration(o.table.params) << ") from " << o.backend
-            << " in " << o.out << "\n";
+  std::cout << "yarn: cos.npy, sin.npy [" << o.table.rows << ", " << o.emb_dim << "] " << o.dtype
+            << " (" << o.table_layout << ", positions " << o.table.offset << ".."
+            << o.table.offset + o.table.rows - 1 << ", concentration "
+            << reference::yarn_concentration(o.table.params) << ") from " << o.backend << " in "
+            << o.out << "\n";
   return 0;
 }
 
@@ -497,21 +558,28 @@ void add_yarn(CLI::App& app, YarnCommandOptions& y) {
       "DIR/yarn.json: the parameters; its \"yarn\" object, as a case.json's \"yarn\" key, names "
       "these tables instead of shipping them.");
   YarnParams& p = y.table.params;
-  cmd->add_option("--rows", y.table.rows, "table rows (positions offset .. offset + rows - 1)")->required()
+  cmd->add_option("--rows", y.table.rows, "table rows (positions offset .. offset + rows - 1)")
+      ->required()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--emb-dim", y.emb_dim, "rope dimension (even)")->required();
-  cmd->add_option("--offset", y.table.offset, "position of row 0")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--offset", y.table.offset, "position of row 0")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--rotary-base", p.rotary_base, "rotary base")->capture_default_str();
-  cmd->add_option("--scaling-factor", p.scaling_factor, "YaRN scaling factor (1: plain RoPE)")->capture_default_str();
+  cmd->add_option("--scaling-factor", p.scaling_factor, "YaRN scaling factor (1: plain RoPE)")
+      ->capture_default_str();
   cmd->add_option("--original-max-position-embeddings", p.original_max_position_embeddings,
-                  "original context length")->capture_default_str();
+                  "original context length")
+      ->capture_default_str();
   cmd->add_option("--beta-fast", p.beta_fast, "YaRN beta_fast")->capture_default_str();
   cmd->add_option("--beta-slow", p.beta_slow, "YaRN beta_slow")->capture_default_str();
   cmd->add_option("--mscale", p.mscale, "YaRN mscale")->capture_default_str();
-  cmd->add_option("--mscale-all-dim", p.mscale_all_dim, "YaRN mscale_all_dim")->capture_default_str();
+  cmd->add_option("--mscale-all-dim", p.mscale_all_dim, "YaRN mscale_all_dim")
+      ->capture_default_str();
   cmd->add_option("--concentration", y.concentration,
                   "factor of the tables (default: mscale(s, mscale) / mscale(s, mscale_all_dim))");
-  cmd->add_option("--table-layout", y.table_layout, "half ([f, f], Megatron's) or interleaved")->capture_default_str();
+  cmd->add_option("--table-layout", y.table_layout, "half ([f, f], Megatron's) or interleaved")
+      ->capture_default_str();
   cmd->add_option("--dtype", y.dtype, "f32, f16 or bf16")->capture_default_str();
   cmd->add_option("--backend", y.backend, "reference, or host (the kernel)")->capture_default_str();
   cmd->add_option("--out", y.out, "output directory (created if missing)")->required();
@@ -519,11 +587,13 @@ void add_yarn(CLI::App& app, YarnCommandOptions& y) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  CLI::App app{
-      "mlarope: MLA RoPE primitives and the harness that checks them.\n"
-      "Case files (a directory with case.json and .npy inputs) are described in docs/semantics.md §7.\n" +
-      std::string(kExitStatuses)};
+// Parse errors and the commands' exceptions are caught below; only the setup of the options can
+// throw (CLI::ConstructionError, a bug in this file; bad_alloc), and then terminating is meant.
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): see above
+  CLI::App app{"mlarope: MLA RoPE primitives and the harness that checks them.\n"
+               "Case files (a directory with case.json and .npy inputs) are described in "
+               "docs/semantics.md §7.\n" +
+               std::string(kExitStatuses)};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mlarope 0.1.0");
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
@@ -551,7 +621,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("check")) return check_command(check);
     if (app.got_subcommand("fuzz")) return fuzz_command(fuzz);
     if (app.got_subcommand("report")) return gate_exit("report", reports::report_command(report));
-    if (app.got_subcommand("compare")) return gate_exit("compare", reports::compare_command(compare));
+    if (app.got_subcommand("compare"))
+      return gate_exit("compare", reports::compare_command(compare));
     if (app.got_subcommand("yarn")) return yarn_command(yarn);
   } catch (const std::exception& e) {
     std::cerr << "mlarope: error: " << e.what() << "\n";

@@ -35,7 +35,9 @@ std::vector<ModelLaunchStats> take_model_stats(Stream& stream) {
   return host ? host->take_model_stats() : std::vector<ModelLaunchStats>{};
 }
 
-Stream Stream::from_impl(std::unique_ptr<detail::StreamImpl> impl) { return Stream(std::move(impl)); }
+Stream Stream::from_impl(std::unique_ptr<detail::StreamImpl> impl) {
+  return Stream(std::move(impl));
+}
 
 BackendKind Stream::kind() const { return impl_->kind(); }
 void Stream::synchronize() { impl_->synchronize(); }
@@ -55,7 +57,8 @@ void Graph::replay(Stream& stream) {
     throw Error("Graph::replay: a " + std::string(to_string(kind_)) + " graph cannot run on a " +
                 std::string(to_string(stream.kind())) + " stream");
   if (stream.capturing())
-    throw Error("Graph::replay: the stream is capturing; a graph cannot be replayed into a capture");
+    throw Error(
+        "Graph::replay: the stream is capturing; a graph cannot be replayed into a capture");
   impl_->replay(stream.impl());
 }
 
@@ -100,8 +103,8 @@ namespace {
 void check_range(std::size_t offset, std::size_t bytes, std::size_t size, const char* what) {
   if (offset > size || bytes > size - offset)
     throw Error(std::string(what) + ": bytes [" + std::to_string(offset) + ", " +
-                std::to_string(offset + bytes) + ") outside the buffer of " +
-                std::to_string(size) + " bytes");
+                std::to_string(offset + bytes) + ") outside the buffer of " + std::to_string(size) +
+                " bytes");
 }
 }  // namespace
 

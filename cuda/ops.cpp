@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "launch/launch_builder.h"
+#include "launch/stream_impl.h"
 #include "mlarope/backend.h"
 #include "mlarope/validate.h"
-#include "launch/stream_impl.h"
 
 namespace mlarope {
 namespace {

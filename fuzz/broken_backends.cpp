@@ -3,12 +3,12 @@
 #include "fuzz/broken_backends.h"
 
 #include <cstring>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <type_traits>
 
-#include "mlarope/error.h"
 #include "host_convert.h"
+#include "mlarope/error.h"
 #include "reference.h"
 
 namespace mlarope::props {
@@ -40,18 +40,36 @@ std::vector<TensorView> outputs(const RopeBackwardInplaceCall&) { return {}; }
 std::vector<ConstTensorView> inputs(const RopeCall& c) { return {c.t}; }
 std::vector<ConstTensorView> inputs(const RopeBackwardCall& c) { return {c.grad_out}; }
 std::vector<ConstTensorView> inputs(const KvSplitCall& c) { return {c.kv, c.k_pe}; }
-std::vector<ConstTensorView> inputs(const KvSplitBackwardCall& c) { return {c.grad_key, c.grad_value}; }
+std::vector<ConstTensorView> inputs(const KvSplitBackwardCall& c) {
+  return {c.grad_key, c.grad_value};
+}
 std::vector<ConstTensorView> inputs(const RopeInplaceCall&) { return {}; }
 std::vector<ConstTensorView> inputs(const RopeBackwardInplaceCall&) { return {}; }
 // f(view) for every activation view of a call (inputs and outputs).
-template <class F> void for_each_view(RopeCall& c, F f) { f(c.t), f(c.out); }
-template <class F> void for_each_view(RopeBackwardCall& c, F f) { f(c.grad_out), f(c.grad_t); }
-template <class F> void for_each_view(KvSplitCall& c, F f) { f(c.kv), f(c.k_pe), f(c.key), f(c.value); }
-template <class F> void for_each_view(KvSplitBackwardCall& c, F f) {
+template <class F>
+void for_each_view(RopeCall& c, F f) {
+  f(c.t), f(c.out);
+}
+template <class F>
+void for_each_view(RopeBackwardCall& c, F f) {
+  f(c.grad_out), f(c.grad_t);
+}
+template <class F>
+void for_each_view(KvSplitCall& c, F f) {
+  f(c.kv), f(c.k_pe), f(c.key), f(c.value);
+}
+template <class F>
+void for_each_view(KvSplitBackwardCall& c, F f) {
   f(c.grad_key), f(c.grad_value), f(c.grad_kv), f(c.grad_k_pe);
 }
-template <class F> void for_each_view(RopeInplaceCall& c, F f) { f(c.t); }
-template <class F> void for_each_view(RopeBackwardInplaceCall& c, F f) { f(c.grad); }
+template <class F>
+void for_each_view(RopeInplaceCall& c, F f) {
+  f(c.t);
+}
+template <class F>
+void for_each_view(RopeBackwardInplaceCall& c, F f) {
+  f(c.grad);
+}
 
 // The reference, with f(call, run) around every call: f may change the call, then run it.
 template <class F>
@@ -62,14 +80,19 @@ Backend around_each(const std::string& name, F f) {
   b.rope = [base, f](RopeCall c) { f(c, [&] { base.rope(c); }); };
   b.rope_inplace = [base, f](RopeInplaceCall c) { f(c, [&] { base.rope_inplace(c); }); };
   b.rope_backward = [base, f](RopeBackwardCall c) { f(c, [&] { base.rope_backward(c); }); };
-  b.rope_backward_inplace = [base, f](RopeBackwardInplaceCall c) { f(c, [&] { base.rope_backward_inplace(c); }); };
+  b.rope_backward_inplace = [base, f](RopeBackwardInplaceCall c) {
+    f(c, [&] { base.rope_backward_inplace(c); });
+  };
   b.kv_split = [base, f](KvSplitCall c) { f(c, [&] { base.kv_split(c); }); };
-  b.kv_split_backward = [base, f](KvSplitBackwardCall c) { f(c, [&] { base.kv_split_backward(c); }); };
+  b.kv_split_backward = [base, f](KvSplitBackwardCall c) {
+    f(c, [&] { base.kv_split_backward(c); });
+  };
   return b;
 }
 
 template <class Call>
-constexpr bool kInPlace = std::is_same_v<Call, RopeInplaceCall> || std::is_same_v<Call, RopeBackwardInplaceCall>;
+constexpr bool kInPlace =
+    std::is_same_v<Call, RopeInplaceCall> || std::is_same_v<Call, RopeBackwardInplaceCall>;
 
 TensorView in_place_tensor(const RopeInplaceCall& c) { return c.t; }
 TensorView in_place_tensor(const RopeBackwardInplaceCall& c) { return c.grad; }
@@ -104,7 +127,8 @@ Backend nope_written_in_place() {
     using Call = std::decay_t<decltype(c)>;
     if constexpr (kInPlace<Call>) {
       const TensorView t = in_place_tensor(c);
-      if (c.args.nope_dim > 0 && t.numel() > 0) *byte_at(t, 0) ^= 1;  // element (0, .., 0): nope part
+      if (c.args.nope_dim > 0 && t.numel() > 0)
+        *byte_at(t, 0) ^= 1;  // element (0, .., 0): nope part
     }
   });
 }
@@ -192,7 +216,8 @@ Backend stale_graph_metadata() {
     if (state->capturing) state->frozen.clear();
     for (std::size_t i = 0; i < 3; ++i) {
       IndexView& a = *arrays[i];
-      const std::size_t bytes = a.present() ? static_cast<std::size_t>(a.size) * index_size(a.type) : 0;
+      const std::size_t bytes =
+          a.present() ? static_cast<std::size_t>(a.size) * index_size(a.type) : 0;
       if (state->capturing) {
         const char* data = static_cast<const char*>(a.data);
         state->frozen.emplace_back(data, data + bytes);
@@ -252,15 +277,21 @@ std::vector<BrokenBackend> reference_wrappers() {
   return {
       {"dropped_inverse", dropped_inverse, {CheckKind::value, CheckKind::round_trip}, {}},
       {"cp_rank_plus_one", cp_rank_plus_one, {CheckKind::value}, {}},
-      {"nope_written_in_place", nope_written_in_place, {CheckKind::immutability},
+      {"nope_written_in_place",
+       nope_written_in_place,
+       {CheckKind::immutability},
        ops({Op::rope, Op::rope_backward})},
       {"skipped_element", skipped_element, {CheckKind::coverage}, {}},
       {"input_mutated", input_mutated, {CheckKind::immutability}, {}},
       {"writes_past_the_end", writes_past_the_end, {CheckKind::bounds}, {}},
       {"ignores_status", ignores_status, {CheckKind::value}, {}},
-      {"contiguous_strides_assumed", contiguous_strides_assumed,
-       {CheckKind::value, CheckKind::bounds, CheckKind::coverage, CheckKind::immutability}, {}},
-      {"backward_not_transposed", backward_not_transposed, {CheckKind::adjoint, CheckKind::value},
+      {"contiguous_strides_assumed",
+       contiguous_strides_assumed,
+       {CheckKind::value, CheckKind::bounds, CheckKind::coverage, CheckKind::immutability},
+       {}},
+      {"backward_not_transposed",
+       backward_not_transposed,
+       {CheckKind::adjoint, CheckKind::value},
        ops({Op::rope, Op::rope_backward})},
       {"stale_graph_metadata", stale_graph_metadata, {CheckKind::graph_replay}, thd},
       {"order_dependent", order_dependent, {CheckKind::order_independence}, {}},

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Deliberately broken backends, for proving that the checks can fail. Each
 // names the checks that must catch it and the cases to try. To add one (a kernel-level variant
-// built from edited copies of the kernel sources, say), append to broken_backends() or register it from a
-// source file linked into broken_backends_test with a static BrokenBackendRegistrar. The
+// built from edited copies of the kernel sources, say), append to broken_backends() or register it
+// from a source file linked into broken_backends_test with a static BrokenBackendRegistrar. The
 // kernel-level variants ("broken:kernel_<fault>", broken_kernels.h: copies of the real kernel
-// sources with the edits of cuda/testing/kernel_faults.txt) register that way in broken_kernels_test.
+// sources with the edits of cuda/testing/kernel_faults.txt) register that way in
+// broken_kernels_test.
 #pragma once
 
 #include <functional>
@@ -20,10 +21,10 @@ namespace mlarope::props {
 
 /// A backend that is wrong on purpose, and what must catch it.
 struct BrokenBackend {
-  std::string name;                            ///< what is wrong ("dropped_inverse", ...)
-  std::function<harness::Backend()> make;      ///< builds it
-  std::vector<harness::CheckKind> caught_by;   ///< a case must fail one of these checks
-  GenOptions cases;                            ///< the cases to draw (default: all)
+  std::string name;                           ///< what is wrong ("dropped_inverse", ...)
+  std::function<harness::Backend()> make;     ///< builds it
+  std::vector<harness::CheckKind> caught_by;  ///< a case must fail one of these checks
+  GenOptions cases;                           ///< the cases to draw (default: all)
 };
 
 /// The wrappers around the reference: dropped inverse, CP rank off by one, nope part written in

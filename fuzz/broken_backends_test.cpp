@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <random>
 
-#include "fuzz/broken_backends.h"
 #include "checks/asan_guards.h"
+#include "fuzz/broken_backends.h"
 #include "fuzz/failure.h"
 #include "mlarope/error.h"
 #include "property_support.h"
@@ -58,7 +58,8 @@ TEST_P(BrokenBackends, TheChecksCatchIt) {
         return;
       }
   }
-  FAIL() << broken.name << " passed " << kBudget << " cases; expected " << names(broken.caught_by) << " to fail";
+  FAIL() << broken.name << " passed " << kBudget << " cases; expected " << names(broken.caught_by)
+         << " to fail";
 }
 
 // A fresh directory for failure cases, removed afterwards.
@@ -97,7 +98,8 @@ TEST_P(BrokenBackends, ThePropertyCatchesItAndWritesTheCase) {
   rc::detail::TestMetadata metadata;
   metadata.id = broken.name;
   Quiet quiet;
-  const auto result = rc::detail::checkTestable(property, metadata, property_params(broken.name, kBudget), quiet);
+  const auto result =
+      rc::detail::checkTestable(property, metadata, property_params(broken.name, kBudget), quiet);
   ASSERT_TRUE(result.template is<rc::detail::FailureResult>()) << broken.name << " was not caught";
   const std::string message = result.template get<rc::detail::FailureResult>().description;
   EXPECT_NE(message.find("replay: "), std::string::npos) << message;
@@ -110,6 +112,8 @@ TEST_P(BrokenBackends, ThePropertyCatchesItAndWritesTheCase) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Wrappers, BrokenBackends, testing::ValuesIn(broken_backends()),
-                         [](const testing::TestParamInfo<BrokenBackend>& info) { return info.param.name; });
+                         [](const testing::TestParamInfo<BrokenBackend>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace

@@ -13,7 +13,8 @@ using fault_injection::FaultyHostStream;
 using fault_injection::KernelFault;
 using harness::CheckKind;
 
-harness::Backend faulty_kernel_backend(KernelFault fault, std::uint64_t order_seed, bool gpu_model) {
+harness::Backend faulty_kernel_backend(KernelFault fault, std::uint64_t order_seed,
+                                       bool gpu_model) {
   // Under the GPU model by default: most faults are edits of the device code paths, which the
   // host's fast mode skips where it has host-only branches (rope_on_host, kv_split_on_host, ...).
   auto stream = std::make_shared<FaultyHostStream>(fault, order_seed, 0, gpu_model);
@@ -23,10 +24,14 @@ harness::Backend faulty_kernel_backend(KernelFault fault, std::uint64_t order_se
   b.rope = [stream](const RopeCall& c) { stream->rope(c); };
   b.rope_inplace = [stream](const RopeInplaceCall& c) { stream->rope_inplace(c); };
   b.rope_backward = [stream](const RopeBackwardCall& c) { stream->rope_backward(c); };
-  b.rope_backward_inplace = [stream](const RopeBackwardInplaceCall& c) { stream->rope_backward_inplace(c); };
+  b.rope_backward_inplace = [stream](const RopeBackwardInplaceCall& c) {
+    stream->rope_backward_inplace(c);
+  };
   b.kv_split = [stream](const KvSplitCall& c) { stream->kv_split(c); };
   b.kv_split_backward = [stream](const KvSplitBackwardCall& c) { stream->kv_split_backward(c); };
-  b.with_order_seed = [fault, gpu_model](std::uint64_t seed) { return faulty_kernel_backend(fault, seed, gpu_model); };
+  b.with_order_seed = [fault, gpu_model](std::uint64_t seed) {
+    return faulty_kernel_backend(fault, seed, gpu_model);
+  };
   b.capture = [stream](const std::function<void()>& launches) -> std::function<void()> {
     stream->begin_capture();
     try {
@@ -72,13 +77,21 @@ GenOptions ops(std::vector<Op> o) {
 std::vector<BrokenBackend> broken_kernel_variants() {
   return {
       {"kernel_cp_chunk", make<KernelFault::cp_chunk>, {CheckKind::value}, all_cases()},
-      {"kernel_thd_search", make<KernelFault::thd_search>, {CheckKind::value},
+      {"kernel_thd_search",
+       make<KernelFault::thd_search>,
+       {CheckKind::value},
        layouts({TokenLayout::thd})},
-      {"kernel_dropped_inverse", make<KernelFault::dropped_inverse>,
-       {CheckKind::value, CheckKind::round_trip}, all_cases()},
-      {"kernel_nope_in_place", make<KernelFault::nope_in_place>, {CheckKind::immutability},
+      {"kernel_dropped_inverse",
+       make<KernelFault::dropped_inverse>,
+       {CheckKind::value, CheckKind::round_trip},
+       all_cases()},
+      {"kernel_nope_in_place",
+       make<KernelFault::nope_in_place>,
+       {CheckKind::immutability},
        ops({Op::rope, Op::rope_backward})},
-      {"kernel_table_stride", make<KernelFault::table_stride>, {CheckKind::value},
+      {"kernel_table_stride",
+       make<KernelFault::table_stride>,
+       {CheckKind::value},
        ops({Op::rope, Op::rope_backward})},
   };
 }

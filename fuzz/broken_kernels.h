@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Kernel-level broken variants: the host backend built from copies of the
 // real kernel sources with the edits of cuda/testing/kernel_faults.txt (mlarope_host_faulty,
-// test builds only), each wrong in one way (kernel_faults.h), registered as broken backends "broken:kernel_<fault>" by a static
-// BrokenBackendRegistrar in broken_kernels.cpp: a binary that links that file (the test
-// broken_kernels_test) can resolve them by name like the reference wrappers.
+// test builds only), each wrong in one way (kernel_faults.h), registered as broken backends
+// "broken:kernel_<fault>" by a static BrokenBackendRegistrar in broken_kernels.cpp: a binary that
+// links that file (the test broken_kernels_test) can resolve them by name like the reference
+// wrappers.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The checks catch broken kernels: copies of the real kernel sources with the
 // edits of cuda/testing/kernel_faults.txt (mlarope_host_faulty), one fault selected, through
-// the fuzzer's path (random specs through run_checks) within the default budget; and the same library with
-// no fault passes the very cases that caught each fault, so the test can fail both ways.
+// the fuzzer's path (random specs through run_checks) within the default budget; and the same
+// library with no fault passes the very cases that caught each fault, so the test can fail both
+// ways.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -67,12 +68,15 @@ TEST_P(BrokenKernels, TheChecksCatchItAndTheUnbrokenKernelsPass) {
     const CaseSpec spec = random_spec(seed_of(i), kDefaultSize, broken.cases);
     const harness::CheckReport report = checked(spec, unbroken);
     ASSERT_TRUE(report.ok()) << "the unbroken kernels fail case " << i << ": " << describe(spec)
-                             << "\n" << failures(report);
+                             << "\n"
+                             << failures(report);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, BrokenKernels, testing::ValuesIn(broken_kernel_variants()),
-                         [](const testing::TestParamInfo<BrokenBackend>& info) { return info.param.name; });
+                         [](const testing::TestParamInfo<BrokenBackend>& info) {
+                           return info.param.name;
+                         });
 
 // Every variant is registered and resolves by its broken-backend name.
 TEST(BrokenKernelRegistry, EveryVariantResolvesByName) {
@@ -89,7 +93,8 @@ TEST(BrokenKernelRegistry, TheUnbrokenAndTheSlowKernelsPassEveryCheck) {
       const CaseSpec spec = random_spec(seed_of(10000 + i), kDefaultSize);
       const harness::CheckReport report = checked(spec, backend);
       ASSERT_TRUE(report.ok()) << backend.name << " fails case " << i << ": " << describe(spec)
-                               << "\n" << failures(report);
+                               << "\n"
+                               << failures(report);
     }
   }
 }

@@ -46,9 +46,11 @@ double draw(Values values, DType dtype, int sum_bits, Rng& rng) {
   const int top = dtype == DType::f16 ? 15 : 127, bottom = dtype == DType::f16 ? -14 : -126;
   switch (values) {
     case Values::large:
-      return rng.sign() * (1 + rng.uniform()) * std::ldexp(1.0, top - 12 - sum_bits + static_cast<int>(rng.below(7)));
+      return rng.sign() * (1 + rng.uniform()) *
+             std::ldexp(1.0, top - 12 - sum_bits + static_cast<int>(rng.below(7)));
     case Values::tiny:
-      return rng.sign() * (1 + rng.uniform()) * std::ldexp(1.0, bottom - 8 + static_cast<int>(rng.below(12)));
+      return rng.sign() * (1 + rng.uniform()) *
+             std::ldexp(1.0, bottom - 8 + static_cast<int>(rng.below(12)));
     case Values::signed_zeros: {
       const std::int64_t k = rng.below(4);
       if (k < 2) return k == 0 ? 0.0 : -0.0;
@@ -83,8 +85,12 @@ int tie_exponent(DType dtype, int sum_bits, Rng rng) {
 // at the top of the range one in sixteen is +-inf (f32 results past the largest finite value).
 double tie_activation(DType dtype, int exponent, Rng& rng) {
   const int p = precision(dtype);
-  if (exponent >= (dtype == DType::f16 ? 15 : 127) - 8 && rng.below(16) == 0) return rng.sign() * INFINITY;
-  const double mantissa = rng.below(2) ? 1.0 : 1.0 + std::ldexp(static_cast<double>(rng.below(std::int64_t{1} << (p - 1))), 1 - p);
+  if (exponent >= (dtype == DType::f16 ? 15 : 127) - 8 && rng.below(16) == 0)
+    return rng.sign() * INFINITY;
+  const double mantissa =
+      rng.below(2)
+          ? 1.0
+          : 1.0 + std::ldexp(static_cast<double>(rng.below(std::int64_t{1} << (p - 1))), 1 - p);
   return rng.sign() * std::ldexp(mantissa, exponent);
 }
 
@@ -93,7 +99,9 @@ void store_nan(npy::Array& a, DType dtype, std::int64_t i, Rng& rng) {
   const std::uint64_t r = rng.next();
   // Not one of the runner's fill patterns (an output holding one reads as unwritten): flipping
   // payload bit 1 keeps it a NaN (their payloads have other bits set).
-  auto not_a_fill = [dtype](std::uint32_t bits) { return harness::is_fill_pattern(dtype, bits) ? bits ^ 2u : bits; };
+  auto not_a_fill = [dtype](std::uint32_t bits) {
+    return harness::is_fill_pattern(dtype, bits) ? bits ^ 2u : bits;
+  };
   if (dtype == DType::f32) {
     std::uint32_t bits = 0x7F800000u | static_cast<std::uint32_t>(1 + r % 0x7FFFFFu);
     if (r >> 63) bits |= 0x80000000u;
@@ -122,7 +130,8 @@ npy::Array activation(const CaseSpec& s, const char* name, std::vector<std::int6
   const std::int64_t width = shape.back();
   npy::Array a = npy::make(storage_dtype(s.dtype), std::move(shape));
   Rng rng(s.data_seed, name);
-  const int sum_bits = s.op == Op::kv_split_backward ? log2_ceil(std::max<std::int64_t>(s.heads, 1)) + 1 : 0;
+  const int sum_bits =
+      s.op == Op::kv_split_backward ? log2_ceil(std::max<std::int64_t>(s.heads, 1)) + 1 : 0;
   const int exponent = tie_exponent(s.dtype, sum_bits, Rng(s.data_seed, "binade"));
   for (std::int64_t i = 0; i < a.size(); ++i)
     store_rounded(a.bytes.data(), s.dtype, i,
@@ -157,7 +166,8 @@ Slots slots(PairLayout l, std::int64_t i, std::int64_t d) {
 void cancel_pairs(const CaseSpec& s, Case& c, const char* name, std::int64_t offset, bool adjoint) {
   npy::Array& x = c.arrays.at(name);
   const std::int64_t heads = x.shape[x.shape.size() - 2], width = x.shape.back(), d = s.emb_dim;
-  const RowShape rows = x.shape.size() == 4 ? RowShape{x.shape[0], x.shape[1]} : RowShape{x.shape[0], 1};
+  const RowShape rows =
+      x.shape.size() == 4 ? RowShape{x.shape[0], x.shape[1]} : RowShape{x.shape[0], 1};
   const reference::RowMap map = reference::map_rows(harness::positions_of(c), rows, table_rows(s));
   const double sg = s.inverse ? -1.0 : 1.0;
   Rng rng(s.data_seed, "cancel");
@@ -165,11 +175,14 @@ void cancel_pairs(const CaseSpec& s, Case& c, const char* name, std::int64_t off
     if (map.freq_row[row] < 0) continue;
     for (std::int64_t h = 0; h < heads; ++h)
       for (std::int64_t i = 0; i < d / 2; ++i) {
-        const Slots p = slots(adjoint ? s.out_layout : s.in_layout, i, d), t = slots(s.table_layout, i, d);
+        const Slots p = slots(adjoint ? s.out_layout : s.in_layout, i, d),
+                    t = slots(s.table_layout, i, d);
         const std::int64_t base = (static_cast<std::int64_t>(row) * heads + h) * width + offset;
         const std::int64_t table = map.freq_row[row] * d;
-        const double cu = load_as_double(c.arrays.at("cos").bytes.data(), s.table_dtype, table + t.u);
-        const double sv = load_as_double(c.arrays.at("sin").bytes.data(), s.table_dtype, table + (adjoint ? t.v : t.u));
+        const double cu =
+            load_as_double(c.arrays.at("cos").bytes.data(), s.table_dtype, table + t.u);
+        const double sv = load_as_double(c.arrays.at("sin").bytes.data(), s.table_dtype,
+                                         table + (adjoint ? t.v : t.u));
         const double a = load_as_double(x.bytes.data(), s.dtype, base + p.u);
         if (std::fabs(sv) < 1e-3 || std::fabs(cu / sv) > 1e3) continue;
         const double jitter = rng.below(2) ? 1.0 : 1.0 + (rng.uniform() - 0.5) * 0x1.0p-10;
@@ -183,8 +196,8 @@ void cancel_pairs(const CaseSpec& s, Case& c, const char* name, std::int64_t off
 
 void add_tables(const CaseSpec& s, Case& c) {
   const std::int64_t rows = table_rows(s), d = s.emb_dim;
-  std::vector<std::int64_t> shape = s.table_rank4 ? std::vector<std::int64_t>{rows, 1, 1, d}
-                                                  : std::vector<std::int64_t>{rows, d};
+  std::vector<std::int64_t> shape =
+      s.table_rank4 ? std::vector<std::int64_t>{rows, 1, 1, d} : std::vector<std::int64_t>{rows, d};
   npy::Array cos = npy::make(storage_dtype(s.table_dtype), shape), sin = cos;
   if (s.values == Values::ties) {  // cos 1, sin +-2^-p: u + v 2^-p, exact in f32
     Rng rng(s.data_seed, "table");
@@ -245,11 +258,13 @@ void add_metadata(const CaseSpec& s, Case& c) {
     for (std::int64_t& id : ids) id = rng.below(table);
     const std::int64_t sequence_rows = rows - s.padding_rows;  // a padding row would ignore it
     if (outside && rows > 0)
-      ids[sequence_rows > 0 ? sequence_rows / 2 : rows / 2] = rng.below(2) ? table + rng.below(3) : -1 - rng.below(3);
+      ids[sequence_rows > 0 ? sequence_rows / 2 : rows / 2] =
+          rng.below(2) ? table + rng.below(3) : -1 - rng.below(3);
     c.arrays["position_ids"] = index_array(ids, s.position_ids_type);
   }
   if (s.seq_offsets) {
-    std::vector<std::int64_t> offsets(thd ? s.seq_lengths.size() : static_cast<std::size_t>(s.batch));
+    std::vector<std::int64_t> offsets(thd ? s.seq_lengths.size()
+                                          : static_cast<std::size_t>(s.batch));
     for (std::int64_t& o : offsets) o = rng.below(kMaxOffset + 1);
     if (outside && !s.position_ids && !offsets.empty()) offsets[offsets.size() / 2] = table;
     c.arrays["seq_offsets"] = index_array(offsets, IndexType::i32);
@@ -264,7 +279,9 @@ std::vector<std::int64_t> rows_shape(const CaseSpec& s, std::int64_t heads, std:
 void add_activations(const CaseSpec& s, Case& c) {
   const std::int64_t h = s.heads;
   switch (s.op) {
-    case Op::rope: c.arrays["t"] = activation(s, "t", rows_shape(s, h, s.nope_dim + s.emb_dim)); break;
+    case Op::rope:
+      c.arrays["t"] = activation(s, "t", rows_shape(s, h, s.nope_dim + s.emb_dim));
+      break;
     case Op::rope_backward:
       c.arrays["grad_out"] = activation(s, "grad_out", rows_shape(s, h, s.nope_dim + s.emb_dim));
       break;

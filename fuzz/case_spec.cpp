@@ -22,8 +22,9 @@ E parse_enum(const std::string& s, const E (&values)[N], const char* what) {
 }
 
 constexpr TableKind kTableKinds[] = {TableKind::unit, TableKind::mscale, TableKind::random};
-constexpr Values kValues[] = {Values::normal,     Values::large, Values::tiny,        Values::signed_zeros,
-                              Values::cancelling, Values::ties,  Values::nan_payloads};
+constexpr Values kValues[] = {Values::normal,       Values::large,      Values::tiny,
+                              Values::signed_zeros, Values::cancelling, Values::ties,
+                              Values::nan_payloads};
 constexpr MetadataFault kFaults[] = {MetadataFault::none, MetadataFault::bad_length,
                                      MetadataFault::decreasing, MetadataFault::too_long,
                                      MetadataFault::row_outside_table};
@@ -102,7 +103,8 @@ harness::CheckOptions check_options(const CaseSpec& s) {
 
 std::string describe(const CaseSpec& s) {
   std::ostringstream o;
-  o << to_string(s.op) << " " << to_string(s.layout) << " " << to_string(s.dtype) << " H=" << s.heads;
+  o << to_string(s.op) << " " << to_string(s.layout) << " " << to_string(s.dtype)
+    << " H=" << s.heads;
   if (s.op == Op::rope || s.op == Op::rope_backward) o << " nope=" << s.nope_dim;
   else o << " k=" << s.k_dim << " v=" << s.v_dim;
   o << " emb=" << s.emb_dim;
@@ -118,14 +120,17 @@ std::string describe(const CaseSpec& s) {
   if (s.position_ids) o << " ids=" << to_string(s.position_ids_type);
   if (s.seq_offsets) o << " offsets";
   if (s.fault != MetadataFault::none) o << " fault=" << to_string(s.fault);
-  o << " " << to_string(s.in_layout) << "/" << to_string(s.out_layout) << "/" << to_string(s.table_layout);
+  o << " " << to_string(s.in_layout) << "/" << to_string(s.out_layout) << "/"
+    << to_string(s.table_layout);
   if (s.inverse) o << " inverse";
   if (s.in_place) o << " in_place";
-  o << " table=" << to_string(s.table_kind) << ":" << to_string(s.table_dtype) << "x" << table_rows(s);
+  o << " table=" << to_string(s.table_kind) << ":" << to_string(s.table_dtype) << "x"
+    << table_rows(s);
   if (s.table_kind == TableKind::mscale) o << " m=" << s.mscale;
   o << " values=" << to_string(s.values);
   const harness::LayoutPlan& p = s.plan;
-  if (p.head_gap || p.row_gap || p.table_gap) o << " gaps=" << p.head_gap << "/" << p.row_gap << "/" << p.table_gap;
+  if (p.head_gap || p.row_gap || p.table_gap)
+    o << " gaps=" << p.head_gap << "/" << p.row_gap << "/" << p.table_gap;
   if (p.misalign) o << " misaligned";
   if (p.broadcast_heads) o << " broadcast";
   o << " seed=" << s.data_seed;
@@ -177,13 +182,20 @@ CaseSpec spec_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw Error("spec.json: expected a JSON object");
   CaseSpec s;
   try {
-    harness::CaseConfig k = harness::parse_config(
-        {{"op", j.at("op")}, {"layout", j.at("layout")}, {"dtype", j.at("dtype")},
-         {"table_dtype", j.at("table_dtype")}, {"in_layout", j.at("in_layout")},
-         {"out_layout", j.at("out_layout")}, {"table_layout", j.at("table_layout")},
-         {"freq_mode", j.at("freq_mode")}, {"emb_dim", j.at("emb_dim")}, {"nope_dim", j.at("nope_dim")},
-         {"k_dim", j.at("k_dim")}, {"v_dim", j.at("v_dim")}, {"inputs", nlohmann::json::object()}},
-        "spec.json");
+    harness::CaseConfig k = harness::parse_config({{"op", j.at("op")},
+                                                   {"layout", j.at("layout")},
+                                                   {"dtype", j.at("dtype")},
+                                                   {"table_dtype", j.at("table_dtype")},
+                                                   {"in_layout", j.at("in_layout")},
+                                                   {"out_layout", j.at("out_layout")},
+                                                   {"table_layout", j.at("table_layout")},
+                                                   {"freq_mode", j.at("freq_mode")},
+                                                   {"emb_dim", j.at("emb_dim")},
+                                                   {"nope_dim", j.at("nope_dim")},
+                                                   {"k_dim", j.at("k_dim")},
+                                                   {"v_dim", j.at("v_dim")},
+                                                   {"inputs", nlohmann::json::object()}},
+                                                  "spec.json");
     s.op = k.op, s.layout = k.layout, s.dtype = k.dtype, s.table_dtype = k.table_dtype;
     s.in_layout = k.in_layout, s.out_layout = k.out_layout, s.table_layout = k.table_layout;
     s.freq_mode = k.freq_mode, s.emb_dim = k.emb_dim, s.nope_dim = k.nope_dim;
@@ -196,7 +208,8 @@ CaseSpec spec_from_json(const nlohmann::json& j) {
     j.at("cp_size").get_to(s.cp_size);
     j.at("cp_rank").get_to(s.cp_rank);
     j.at("position_ids").get_to(s.position_ids);
-    s.position_ids_type = j.at("position_ids_type").get<std::string>() == "i64" ? IndexType::i64 : IndexType::i32;
+    s.position_ids_type =
+        j.at("position_ids_type").get<std::string>() == "i64" ? IndexType::i64 : IndexType::i32;
     j.at("seq_offsets").get_to(s.seq_offsets);
     j.at("max_seqlen_known").get_to(s.max_seqlen_known);
     s.fault = parse_enum(j.at("fault").get<std::string>(), kFaults, "fault");

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "io/case_file.h"
 #include "checks/checks.h"
+#include "io/case_file.h"
 
 namespace mlarope::props {
 
@@ -79,11 +79,11 @@ struct CaseSpec {
   bool inverse = false;
   bool in_place = false;  ///< rope ops
   TableKind table_kind = TableKind::unit;
-  double mscale = 1.0;          ///< TableKind::mscale
-  double yarn_scaling = 1.0;    ///< YaRN scaling factor (1: plain RoPE)
+  double mscale = 1.0;            ///< TableKind::mscale
+  double yarn_scaling = 1.0;      ///< YaRN scaling factor (1: plain RoPE)
   std::int64_t table_offset = 0;  ///< position of table row 0
   Values values = Values::normal;
-  harness::LayoutPlan plan;       ///< gaps, guards, broadcast heads of the check runner
+  harness::LayoutPlan plan;  ///< gaps, guards, broadcast heads of the check runner
   std::uint64_t data_seed = 0;
 };
 

@@ -22,9 +22,11 @@ fs::path failure_root() {
 }
 
 std::string replay_command(const fs::path& dir, const std::string& backend) {
-  std::string command = std::string(MLAROPE_CLI_PATH) + " check " + dir.string() + " --backend " + backend;
+  std::string command =
+      std::string(MLAROPE_CLI_PATH) + " check " + dir.string() + " --backend " + backend;
   if (backend.rfind("broken:", 0) != 0)
-    command += "  (outputs: " + std::string(MLAROPE_CLI_PATH) + " run " + dir.string() + " --backend " + backend + ")";
+    command += "  (outputs: " + std::string(MLAROPE_CLI_PATH) + " run " + dir.string() +
+               " --backend " + backend + ")";
   return command;
 }
 
@@ -44,24 +46,26 @@ std::string write_failure(const fs::path& dir, const CaseSpec& spec, const harne
   harness::write_case(dir, c);
   write_text(dir / "spec.json", to_json(spec).dump(1) + "\n");
   write_text(dir / "checks.json", harness::to_json(options).dump(1) + "\n");
-  const std::string command = replay_command(dir, backend);
-  write_text(dir / "report.txt", describe(spec) + "\nbackend " + backend + "\n" +
-                                     harness::format_report(report) + (note.empty() ? "" : note + "\n") +
-                                     "replay: " + command + "\n");
+  std::string command = replay_command(dir, backend);
+  write_text(dir / "report.txt",
+             describe(spec) + "\nbackend " + backend + "\n" + harness::format_report(report) +
+                 (note.empty() ? "" : note + "\n") + "replay: " + command + "\n");
   return command;
 }
 
-std::string write_yarn_failure(const fs::path& dir, const harness::YarnCase& c, const harness::CheckReport& report,
-                               const std::string& backend, const std::string& note) {
+std::string write_yarn_failure(const fs::path& dir, const harness::YarnCase& c,
+                               const harness::CheckReport& report, const std::string& backend,
+                               const std::string& note) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir.string() + ": cannot create the directory");
   write_text(dir / "yarn_case.json", harness::to_json(c).dump(1) + "\n");
-  const std::string command = std::string(MLAROPE_CLI_PATH) + " check " + dir.string() + " --backend " + backend;
-  write_text(dir / "report.txt", harness::describe(c) + "\nbackend " + backend + "\n" +
-                                     harness::format_report(report) + (note.empty() ? "" : note + "\n") +
-                                     "replay: " + command + "\n");
+  std::string command =
+      std::string(MLAROPE_CLI_PATH) + " check " + dir.string() + " --backend " + backend;
+  write_text(dir / "report.txt",
+             harness::describe(c) + "\nbackend " + backend + "\n" + harness::format_report(report) +
+                 (note.empty() ? "" : note + "\n") + "replay: " + command + "\n");
   return command;
 }
 

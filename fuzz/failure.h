@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Every failure is a file (docs/architecture.md rule 7): a failing case as a case directory (docs/semantics.md §7)
-// with its spec, its check options and what failed, and the command that replays it.
+// Every failure is a file (docs/architecture.md rule 7): a failing case as a case directory
+// (docs/semantics.md §7) with its spec, its check options and what failed, and the command that
+// replays it.
 #pragma once
 
 #include <filesystem>
 #include <string>
 
-#include "fuzz/case_spec.h"
 #include "checks/checks.h"
 #include "checks/yarn_check.h"
+#include "fuzz/case_spec.h"
 
 namespace mlarope::props {
 

@@ -12,9 +12,9 @@
 #include <ostream>
 #include <thread>
 
-#include "fuzz/broken_backends.h"
 #include "backends/case_run.h"
 #include "checks/yarn_check.h"
+#include "fuzz/broken_backends.h"
 #include "fuzz/failure.h"
 #include "fuzz/generators.h"
 #include "mlarope/error.h"
@@ -75,12 +75,15 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
       (s.in_place ? " in place" : "") + (s.cp_size > 1 ? " cp" : "");
   st.combinations[combination][report.unsupported.empty() ? 0 : 1]++;
   if (!report.unsupported.empty()) st.unsupported[report.unsupported]++;
-  for (const CheckResult& r : report.results) st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
+  for (const CheckResult& r : report.results)
+    st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
   st.ulps[std::string(to_string(s.dtype))].merge(report.histogram);
   if (report.tolerance_fraction >= 0)
-    st.fractions[std::string(to_string(s.op)) + "/" + std::string(to_string(s.dtype))].add(report.tolerance_fraction);
+    st.fractions[std::string(to_string(s.op)) + "/" + std::string(to_string(s.dtype))].add(
+        report.tolerance_fraction);
   for (int e = 0; e < kEdgeValueCount; ++e)
-    if (report.edges[static_cast<std::size_t>(e)] > 0) st.counts["edge_values"][std::string(to_string(static_cast<EdgeValue>(e)))]++;
+    if (report.edges[static_cast<std::size_t>(e)] > 0)
+      st.counts["edge_values"][std::string(to_string(static_cast<EdgeValue>(e)))]++;
 }
 
 // The counts of a yarn_tables case (its table dtype is its dtype; no token layout).
@@ -95,9 +98,11 @@ void count_yarn_case(FuzzStats& st, const YarnCase& c, const CheckReport& report
   st.combinations["yarn_tables " + dtype + " " + std::string(to_string(c.table_layout))]
                  [report.unsupported.empty() ? 0 : 1]++;
   if (!report.unsupported.empty()) st.unsupported[report.unsupported]++;
-  for (const CheckResult& r : report.results) st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
+  for (const CheckResult& r : report.results)
+    st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
   st.ulps[dtype].merge(report.histogram);
-  if (report.tolerance_fraction >= 0) st.fractions["yarn_tables/" + dtype].add(report.tolerance_fraction);
+  if (report.tolerance_fraction >= 0)
+    st.fractions["yarn_tables/" + dtype].add(report.tolerance_fraction);
 }
 
 // Whether case `index` of a run is a yarn_tables case: one op's share when drawn among `ops`.
@@ -144,13 +149,15 @@ struct Worker {
     ++stats.failing_cases;
     ++failing;
     FuzzFailure f{index, seed, describe(c), "", {}};
-    for (const CheckResult* r : report.failures()) f.checks.emplace_back(std::string(to_string(r->check)), r->message);
+    for (const CheckResult* r : report.failures())
+      f.checks.emplace_back(std::string(to_string(r->check)), r->message);
     if (dirs_written++ < options.max_failure_dirs) {
       f.dir = failure_dir_name(index);
       try {
         props::write_yarn_failure(options.out / f.dir, c, report, backend.name);
       } catch (const std::exception& e) {
-        f.checks.emplace_back("write", std::string("could not write the case directory: ") + e.what());
+        f.checks.emplace_back("write",
+                              std::string("could not write the case directory: ") + e.what());
         f.dir.clear();
       }
     }
@@ -169,7 +176,8 @@ struct Worker {
       try {
         props::write_failure(options.out / f.dir, spec, c, check_options, report, backend.name);
       } catch (const std::exception& e) {
-        f.checks.emplace_back("write", std::string("could not write the case directory: ") + e.what());
+        f.checks.emplace_back("write",
+                              std::string("could not write the case directory: ") + e.what());
         f.dir.clear();
       }
     }
@@ -202,15 +210,19 @@ struct Worker {
       if (timed && Clock::now() >= deadline) return;
       const std::int64_t local = next++;
       if (options.cases > 0 && local >= options.cases) return;
-      one_case(options.shard.index + options.shard.count * local);  // this shard's share of the stream
+      one_case(options.shard.index +
+               options.shard.count * local);  // this shard's share of the stream
       ++done;
     }
   }
 };
 
-std::vector<Op> all_ops() { return {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward}; }
+std::vector<Op> all_ops() {
+  return {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
+}
 
-void show_progress(std::ostream& out, bool tty, std::int64_t cases, std::int64_t failures, double seconds) {
+void show_progress(std::ostream& out, bool tty, std::int64_t cases, std::int64_t failures,
+                   double seconds) {
   char line[160];
   std::snprintf(line, sizeof line, "%lld cases, %.0f cases/s, %lld failures, %.1f s",
                 static_cast<long long>(cases), seconds > 0 ? cases / seconds : 0.0,
@@ -222,12 +234,15 @@ void show_progress(std::ostream& out, bool tty, std::int64_t cases, std::int64_t
 }  // namespace
 
 FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
-  if (o.jobs < 1 || o.jobs > 256) throw Error("--jobs " + std::to_string(o.jobs) + ": expected 1..256");
+  if (o.jobs < 1 || o.jobs > 256)
+    throw Error("--jobs " + std::to_string(o.jobs) + ": expected 1..256");
   if (o.size < 0) throw Error("--size " + std::to_string(o.size) + ": expected >= 0");
-  if (!o.make_backend) props::resolve_backend(o.backend);  // an unknown name fails before anything is written
+  if (!o.make_backend)
+    props::resolve_backend(o.backend);  // an unknown name fails before anything is written
   std::error_code ec;
   fs::create_directories(o.out, ec);
-  if (ec || !fs::is_directory(o.out)) throw Error("--out " + o.out.string() + ": cannot create the directory");
+  if (ec || !fs::is_directory(o.out))
+    throw Error("--out " + o.out.string() + ": cannot create the directory");
   fs::remove_all(o.out / "failures", ec);  // the failures of an earlier run in the same place
   FuzzOptions options = o;
   if (options.ops.empty()) options.ops = all_ops();
@@ -245,23 +260,38 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   set_layouts(gen, options.layouts);
   std::atomic<std::int64_t> next{0}, done{0}, failing{0}, dirs{0};
   const Clock::time_point start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.seconds));
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(options.seconds));
   std::vector<Worker> workers;
+  workers.reserve(static_cast<std::size_t>(options.jobs));  // 1..256, checked above
   for (int j = 0; j < options.jobs; ++j)
     workers.push_back(Worker{options,
-                             options.make_backend ? options.make_backend() : props::resolve_backend(options.backend),
-                             gen, next, done, failing, dirs, deadline, timed, false, {}});
-  for (Worker& w : workers) w.draw_yarn = options.yarn && static_cast<bool>(workers.front().backend.yarn_tables);
+                             options.make_backend ? options.make_backend()
+                                                  : props::resolve_backend(options.backend),
+                             gen,
+                             next,
+                             done,
+                             failing,
+                             dirs,
+                             deadline,
+                             timed,
+                             false,
+                             {}});
+  for (Worker& w : workers)
+    w.draw_yarn = options.yarn && static_cast<bool>(workers.front().backend.yarn_tables);
   options.yarn = workers.front().draw_yarn;  // what fuzz.json names as drawn
   std::vector<std::thread> threads;
+  threads.reserve(workers.size());
   for (Worker& w : workers) threads.emplace_back([&w] { w.run(); });
   const double period = tty ? 0.25 : 5.0;
   auto last = start;
-  while (done < (options.cases > 0 ? options.cases : INT64_MAX) && (!timed || Clock::now() < deadline)) {
+  while (done < (options.cases > 0 ? options.cases : INT64_MAX) &&
+         (!timed || Clock::now() < deadline)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (std::chrono::duration<double>(Clock::now() - last).count() < period) continue;
     last = Clock::now();
-    show_progress(progress, tty, done, failing, std::chrono::duration<double>(last - start).count());
+    show_progress(progress, tty, done, failing,
+                  std::chrono::duration<double>(last - start).count());
   }
   for (std::thread& t : threads) t.join();
   FuzzStats stats;

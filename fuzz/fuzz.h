@@ -7,13 +7,12 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <functional>
 
 #include "backends/case_run.h"
 #include "checks/checks.h"
@@ -25,11 +24,11 @@ namespace mlarope::harness {
 
 /// What `mlarope fuzz` was asked to do.
 struct FuzzOptions {
-  double seconds = 0;        ///< stop after this many seconds (0: no time limit)
-  std::int64_t cases = 0;    ///< stop after this many cases (0: no count limit); both 0: 60 s
-  std::uint64_t seed = 1;    ///< case i is drawn from a seed derived from (seed, i)
+  double seconds = 0;      ///< stop after this many seconds (0: no time limit)
+  std::int64_t cases = 0;  ///< stop after this many cases (0: no count limit); both 0: 60 s
+  std::uint64_t seed = 1;  ///< case i is drawn from a seed derived from (seed, i)
   std::string backend = "reference";
-  std::vector<Op> ops;       ///< empty: every op
+  std::vector<Op> ops;  ///< empty: every op
   /// Draw yarn_tables cases too, as one op among the others, when the backend has yarn_tables
   /// (a plugin or Python backend without it is not offered them).
   bool yarn = true;
@@ -38,13 +37,13 @@ struct FuzzOptions {
   std::vector<DType> dtypes;        ///< activation dtypes drawn; empty: all three
   std::vector<DType> table_dtypes;  ///< table dtypes drawn; empty: all three
   bool in_place = true;             ///< rope ops may be drawn in place
-  std::string layouts;              ///< "IN/OUT/TABLE" pair layouts drawn, each half, interleaved or *
+  std::string layouts;  ///< "IN/OUT/TABLE" pair layouts drawn, each half, interleaved or *
   /// Shard `shard.index` of `shard.count` runs the cases index, index + count, ... of the run
   /// seed's one stream: shards never draw the same case; `cases` is per shard.
   Shard shard;
   std::filesystem::path out = "fuzz-out";
-  int size = 100;            ///< generator size (properties::kDefaultSize)
-  int jobs = 1;              ///< worker threads
+  int size = 100;                      ///< generator size (properties::kDefaultSize)
+  int jobs = 1;                        ///< worker threads
   std::int64_t max_failure_dirs = 20;  ///< failure directories written at most
   /// Optional: makes each worker's backend instead of resolving `backend` by name (the Python
   /// package's callable backends); `backend` is then only the name shown.
@@ -54,9 +53,9 @@ struct FuzzOptions {
 /// One failing case.
 struct FuzzFailure {
   std::int64_t index = 0;
-  std::uint64_t seed = 0;     ///< the seed random_spec drew it from
-  std::string description;    ///< props::describe of its spec
-  std::string dir;            ///< its case directory, relative to the output directory ("" if not written)
+  std::uint64_t seed = 0;   ///< the seed random_spec drew it from
+  std::string description;  ///< props::describe of its spec
+  std::string dir;  ///< its case directory, relative to the output directory ("" if not written)
   std::vector<std::pair<std::string, std::string>> checks;  ///< (check, message) that failed
 };
 
@@ -79,7 +78,9 @@ struct ModelTally {
   }
   /// Distinct bytes asked for / sector bytes fetched, over every warp access of the kernel.
   double sector_efficiency() const {
-    return warp_sector_bytes > 0 ? static_cast<double>(useful_bytes) / static_cast<double>(warp_sector_bytes) : 1.0;
+    return warp_sector_bytes > 0
+               ? static_cast<double>(useful_bytes) / static_cast<double>(warp_sector_bytes)
+               : 1.0;
   }
 };
 
@@ -88,9 +89,10 @@ struct FuzzStats {
   std::int64_t cases = 0;
   std::int64_t failing_cases = 0;
   double seconds = 0;
-  std::map<std::string, std::map<std::string, std::int64_t>> counts;  ///< dimension -> value -> cases
-  std::map<std::string, std::array<std::int64_t, 3>> checks;          ///< check -> pass, fail, skip
-  std::map<std::string, UlpHistogram> ulps;                           ///< dtype -> value errors
+  std::map<std::string, std::map<std::string, std::int64_t>>
+      counts;                                                 ///< dimension -> value -> cases
+  std::map<std::string, std::array<std::int64_t, 3>> checks;  ///< check -> pass, fail, skip
+  std::map<std::string, UlpHistogram> ulps;                   ///< dtype -> value errors
   /// "op/dtype" -> each case's worst error as a fraction of its tolerance (value check).
   std::map<std::string, FractionHistogram> fractions;
   std::map<std::string, ModelTally> model;  ///< kernel -> the GPU model's tally (backend host)
@@ -122,8 +124,8 @@ JunitSuite junit_suite(const FuzzStats& stats, const FuzzOptions& options);
 std::uint64_t case_seed(std::uint64_t seed, std::int64_t index);
 
 /// Run the fuzzer, showing progress on `progress` (one updating line when `tty`, else a line
-/// every few seconds); writes out/fuzz.json, out/junit.xml and out/failures/. Throws mlarope::Error on bad
-/// options or an unusable output directory.
+/// every few seconds); writes out/fuzz.json, out/junit.xml and out/failures/. Throws mlarope::Error
+/// on bad options or an unusable output directory.
 FuzzStats run_fuzz(const FuzzOptions& options, std::ostream& progress, bool tty);
 
 }  // namespace mlarope::harness

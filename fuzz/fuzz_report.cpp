@@ -15,7 +15,8 @@ namespace {
 // What a run saw of the backend's support: a combination is supported when every case of it ran.
 // Partly: some of its cases ran and some were declined (say, by their CP or offsets).
 struct SupportTally {
-  std::int64_t combinations = 0, supported_combinations = 0, partly_supported = 0, declined_cases = 0;
+  std::int64_t combinations = 0, supported_combinations = 0, partly_supported = 0,
+               declined_cases = 0;
 };
 
 SupportTally support_tally(const FuzzStats& s) {
@@ -56,7 +57,8 @@ void ModelTally::add(const ModelLaunchStats& s) {
   dram_bytes += s.dram_bytes;
   if (cuda_kernel_of(s.kernel).empty()) return;
   static const DeviceProfile h200 = device_profile("h200");
-  const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, s.dram_bytes);
+  const TimePrediction p =
+      predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200, s.dram_bytes);
   round_trips += p.round_trips_per_block;
   predicted_seconds += p.seconds;
 }
@@ -88,12 +90,14 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   j["failing_cases"] = s.failing_cases;
   j["counts"] = s.counts;
   nlohmann::json checks;
-  for (const auto& [check, n] : s.checks) checks[check] = {{"pass", n[0]}, {"fail", n[1]}, {"skip", n[2]}};
+  for (const auto& [check, n] : s.checks)
+    checks[check] = {{"pass", n[0]}, {"fail", n[1]}, {"skip", n[2]}};
   j["checks"] = checks;
   nlohmann::json ulps;
   for (const auto& [dtype, h] : s.ulps) {
     nlohmann::json buckets;
-    for (int i = 0; i < UlpHistogram::kBuckets; ++i) buckets[std::string(UlpHistogram::label(i))] = h.counts[i];
+    for (int i = 0; i < UlpHistogram::kBuckets; ++i)
+      buckets[std::string(UlpHistogram::label(i))] = h.counts[i];
     ulps[dtype] = {{"max_ulps", h.max_ulps}, {"buckets", buckets}};
   }
   j["ulp_histograms"] = ulps;
@@ -108,9 +112,12 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   j["tolerance_fractions"] = fractions;
   nlohmann::json model;
   for (const auto& [kernel, t] : s.model)
-    model[kernel] = {{"launches", t.launches}, {"sector_efficiency", t.sector_efficiency()},
-                     {"useful_bytes", t.useful_bytes}, {"warp_sector_bytes", t.warp_sector_bytes},
-                     {"dram_bytes", t.dram_bytes}, {"round_trips", t.round_trips},
+    model[kernel] = {{"launches", t.launches},
+                     {"sector_efficiency", t.sector_efficiency()},
+                     {"useful_bytes", t.useful_bytes},
+                     {"warp_sector_bytes", t.warp_sector_bytes},
+                     {"dram_bytes", t.dram_bytes},
+                     {"round_trips", t.round_trips},
                      {"predicted_h200_seconds", t.predicted_seconds}};
   if (!s.model.empty()) j["gpu_model"] = model;
   const SupportTally support = support_tally(s);
@@ -123,9 +130,13 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   nlohmann::json failures = nlohmann::json::array();
   for (const FuzzFailure& f : s.failures) {
     nlohmann::json fc = nlohmann::json::array();
-    for (const auto& [check, message] : f.checks) fc.push_back({{"check", check}, {"message", message}});
-    failures.push_back({{"index", f.index}, {"seed", f.seed}, {"case", f.description},
-                        {"dir", f.dir}, {"checks", fc}});
+    for (const auto& [check, message] : f.checks)
+      fc.push_back({{"check", check}, {"message", message}});
+    failures.push_back({{"index", f.index},
+                        {"seed", f.seed},
+                        {"case", f.description},
+                        {"dir", f.dir},
+                        {"checks", fc}});
   }
   j["failures"] = failures;
   return j;
@@ -154,13 +165,17 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
         FractionHistogram& f = s.fractions[key];
         f.max = h.at("max").is_number() ? h.at("max").get<double>() : INFINITY;
         for (int i = 0; i < FractionHistogram::kBuckets; ++i)
-          f.counts[i] = h.at("buckets").value(std::string(FractionHistogram::label(i)), std::int64_t{0});
+          f.counts[i] =
+              h.at("buckets").value(std::string(FractionHistogram::label(i)), std::int64_t{0});
       }
     if (j.contains("gpu_model"))
       for (const auto& [kernel, t] : j.at("gpu_model").items())
-        s.model[kernel] = {t.value("launches", std::int64_t{0}), t.value("useful_bytes", std::int64_t{0}),
-                           t.value("warp_sector_bytes", std::int64_t{0}), t.value("dram_bytes", std::int64_t{0}),
-                           t.value("round_trips", 0.0), t.value("predicted_h200_seconds", 0.0)};
+        s.model[kernel] = {t.value("launches", std::int64_t{0}),
+                           t.value("useful_bytes", std::int64_t{0}),
+                           t.value("warp_sector_bytes", std::int64_t{0}),
+                           t.value("dram_bytes", std::int64_t{0}),
+                           t.value("round_trips", 0.0),
+                           t.value("predicted_h200_seconds", 0.0)};
     if (j.contains("support")) {
       const nlohmann::json& support = j.at("support");
       if (support.contains("by_combination")) support.at("by_combination").get_to(s.combinations);
@@ -168,10 +183,14 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
     }
     if (j.contains("failures"))
       for (const nlohmann::json& f : j.at("failures")) {
-        FuzzFailure failure{f.value("index", std::int64_t{0}), f.value("seed", std::uint64_t{0}),
-                            f.value("case", std::string()), f.value("dir", std::string()), {}};
+        FuzzFailure failure{f.value("index", std::int64_t{0}),
+                            f.value("seed", std::uint64_t{0}),
+                            f.value("case", std::string()),
+                            f.value("dir", std::string()),
+                            {}};
         for (const nlohmann::json& c : f.value("checks", nlohmann::json::array()))
-          failure.checks.emplace_back(c.value("check", std::string()), c.value("message", std::string()));
+          failure.checks.emplace_back(c.value("check", std::string()),
+                                      c.value("message", std::string()));
         s.failures.push_back(std::move(failure));
       }
   } catch (const nlohmann::json::exception& e) {
@@ -183,10 +202,12 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
 std::string summary(const FuzzStats& s, const FuzzOptions& o) {
   std::ostringstream out;
   char rate[96];
-  std::snprintf(rate, sizeof rate, "%.1f s (%.0f cases/s, %.0f cases/min)", s.seconds, s.rate(), 60 * s.rate());
+  std::snprintf(rate, sizeof rate, "%.1f s (%.0f cases/s, %.0f cases/min)", s.seconds, s.rate(),
+                60 * s.rate());
   out << "mlarope fuzz: " << s.cases << " cases in " << rate << " on backend " << o.backend
       << ", seed " << o.seed << ", size " << o.size;
-  if (o.shard.count > 1) out << ", shard " << o.shard.index << " of " << o.shard.count << " (" << o.shard.source << ")";
+  if (o.shard.count > 1)
+    out << ", shard " << o.shard.index << " of " << o.shard.count << " (" << o.shard.source << ")";
   out << "\n";
   out << "  checks:";
   for (const auto& [check, n] : s.checks)
@@ -202,7 +223,8 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
     out << "  edge values reached (cases whose reference outputs have one):";
     for (int e = 0; e < kEdgeValueCount; ++e) {
       const std::string name(to_string(static_cast<EdgeValue>(e)));
-      const std::int64_t n = edges == s.counts.end() || !edges->second.count(name) ? 0 : edges->second.at(name);
+      const std::int64_t n =
+          edges == s.counts.end() || !edges->second.count(name) ? 0 : edges->second.at(name);
       out << " " << name << " " << n;
     }
     out << "\n";
@@ -218,12 +240,14 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
     out << "\n";
   }
   if (!s.ulps.empty()) {
-    out << "  ulps, only where the tolerance is relative (the f32 term below the output's ulp; near a\n"
+    out << "  ulps, only where the tolerance is relative (the f32 term below the output's ulp; "
+           "near a\n"
            "  cancelling 0 it is absolute and ulps mean nothing):";
     int shown = 0;
     for (const auto& [dtype, h] : s.ulps) {
       char item[64];
-      std::snprintf(item, sizeof item, "%s %s max %.3g", shown++ ? "," : "", dtype.c_str(), h.max_ulps);
+      std::snprintf(item, sizeof item, "%s %s max %.3g", shown++ ? "," : "", dtype.c_str(),
+                    h.max_ulps);
       out << item;
     }
     out << "\n";
@@ -233,8 +257,9 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
     int shown = 0;
     for (const auto& [kernel, t] : s.model) {
       char item[160];
-      std::snprintf(item, sizeof item, "%s %.2f (%lld; %.1f us)", kernel.c_str(), t.sector_efficiency(),
-                    static_cast<long long>(t.launches), t.launches > 0 ? 1e6 * t.predicted_seconds / t.launches : 0.0);
+      std::snprintf(item, sizeof item, "%s %.2f (%lld; %.1f us)", kernel.c_str(),
+                    t.sector_efficiency(), static_cast<long long>(t.launches),
+                    t.launches > 0 ? 1e6 * t.predicted_seconds / t.launches : 0.0);
       out << (shown++ % 3 == 0 ? "\n    " : ", ") << item;
     }
     out << "\n";
@@ -253,7 +278,8 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
   for (std::size_t i = 0; i < s.failures.size() && i < 5; ++i) {
     const FuzzFailure& f = s.failures[i];
     out << "    #" << f.index << " " << f.description << "\n";
-    for (const auto& [check, message] : f.checks) out << "      " << check << ": " << message << "\n";
+    for (const auto& [check, message] : f.checks)
+      out << "      " << check << ": " << message << "\n";
     if (!f.dir.empty()) out << "      -> " << (o.out / f.dir).string() << "\n";
   }
   out << "  wrote " << (o.out / "fuzz.json").string() << "\n";
@@ -269,13 +295,18 @@ JunitSuite junit_suite(const FuzzStats& s, const FuzzOptions& o) {
   JunitSuite suite;
   suite.name = "mlarope fuzz on " + o.backend;
   suite.seconds = s.seconds;
-  suite.properties = {{"backend", o.backend}, {"seed", std::to_string(o.seed)}, {"size", std::to_string(o.size)},
-                      {"cases", std::to_string(s.cases)}, {"failing_cases", std::to_string(s.failing_cases)}};
+  suite.properties = {{"backend", o.backend},
+                      {"seed", std::to_string(o.seed)},
+                      {"size", std::to_string(o.size)},
+                      {"cases", std::to_string(s.cases)},
+                      {"failing_cases", std::to_string(s.failing_cases)}};
   if (o.shard.count > 1)
-    suite.properties.push_back({"shard", std::to_string(o.shard.index) + " of " + std::to_string(o.shard.count)});
+    suite.properties.push_back(
+        {"shard", std::to_string(o.shard.index) + " of " + std::to_string(o.shard.count)});
   std::map<std::string, std::array<std::int64_t, 3>> checks = s.checks;
   for (const FuzzFailure& f : s.failures)  // a check named only by a failure still gets its case
-    for (const auto& [check, message] : f.checks) checks.emplace(check, std::array<std::int64_t, 3>{0, 0, 0});
+    for (const auto& [check, message] : f.checks)
+      checks.emplace(check, std::array<std::int64_t, 3>{0, 0, 0});
   for (const auto& [check, n] : checks) {
     JunitCase c;
     c.classname = "mlarope.fuzz." + o.backend;
@@ -287,19 +318,23 @@ JunitSuite junit_suite(const FuzzStats& s, const FuzzOptions& o) {
         if (name != check) continue;
         if (++failed > kListed) continue;
         ++listed;
-        text << "case #" << f.index << " (seed " << f.seed << "): " << f.description << "\n  " << message << "\n";
+        text << "case #" << f.index << " (seed " << f.seed << "): " << f.description << "\n  "
+             << message << "\n";
         if (!f.dir.empty())
-          text << "  replay: mlarope check " << (o.out / f.dir).string() << " --backend " << o.backend << "\n";
+          text << "  replay: mlarope check " << (o.out / f.dir).string() << " --backend "
+               << o.backend << "\n";
       }
     const std::int64_t failing = std::max<std::int64_t>(n[1], static_cast<std::int64_t>(failed));
     if (failing > 0) {
       c.outcome = JunitCase::Outcome::failure;
-      c.message = check + " failed in " + std::to_string(failing) + " of " + std::to_string(n[0] + n[1] + n[2]) +
-                  " cases" + (listed < failed ? " (the first " + std::to_string(listed) + " listed)" : "");
+      c.message = check + " failed in " + std::to_string(failing) + " of " +
+                  std::to_string(n[0] + n[1] + n[2]) + " cases" +
+                  (listed < failed ? " (the first " + std::to_string(listed) + " listed)" : "");
       c.text = text.str();
     } else if (n[0] == 0 && n[2] > 0) {
       c.outcome = JunitCase::Outcome::skipped;
-      c.message = check + " did not apply to any of the " + std::to_string(n[2]) + " cases it was offered";
+      c.message =
+          check + " did not apply to any of the " + std::to_string(n[2]) + " cases it was offered";
     }
     suite.cases.push_back(c);
   }

@@ -20,15 +20,15 @@ Gen<I> uniform(I lo, I hi) { return gen::resize(100, gen::inRange<I>(lo, std::ma
 
 // Uniform in [lo, lo + (hi - lo) * size / 100] (sizes above 100 count as 100).
 Gen<I> scaled(I lo, I hi) {
-  return gen::withSize([lo, hi](int size) {
-    return uniform(lo, lo + (hi - lo) * std::min(size, 100) / 100);
-  });
+  return gen::withSize(
+      [lo, hi](int size) { return uniform(lo, lo + (hi - lo) * std::min(size, 100) / 100); });
 }
 
 // An index drawn with `weights`; shrinks towards index 0 (RapidCheck's element generators
 // do not shrink at all).
-Gen<I> weighted_index(std::vector<std::size_t> weights) {
+Gen<I> weighted_index(const std::vector<std::size_t>& weights) {
   std::vector<I> ends;
+  ends.reserve(weights.size());
   I total = 0;
   for (std::size_t w : weights) ends.push_back(total += static_cast<I>(w));
   return gen::map(uniform(0, total - 1), [ends](I r) {
@@ -40,6 +40,7 @@ Gen<I> weighted_index(std::vector<std::size_t> weights) {
 template <class T>
 Gen<T> pick(std::vector<std::pair<std::size_t, T>> choices) {
   std::vector<std::size_t> weights;
+  weights.reserve(choices.size());
   for (const auto& c : choices) weights.push_back(c.first);
   return gen::map(weighted_index(weights), [choices](I i) { return choices[i].second; });
 }
@@ -47,44 +48,48 @@ Gen<T> pick(std::vector<std::pair<std::size_t, T>> choices) {
 // One of `values`, uniformly; shrinks towards the first.
 template <class T>
 Gen<T> any_of(std::vector<T> values) {
-  return gen::map(uniform(0, static_cast<I>(values.size()) - 1), [values](I i) { return values[i]; });
+  return gen::map(uniform(0, static_cast<I>(values.size()) - 1),
+                  [values](I i) { return values[i]; });
 }
 
 // A value of one of `gens`, chosen by weight; shrinks the choice towards the first, then the value.
 template <class T>
 Gen<T> pick_gen(std::vector<std::pair<std::size_t, Gen<T>>> gens) {
   std::vector<std::size_t> weights;
+  weights.reserve(gens.size());
   for (const auto& g : gens) weights.push_back(g.first);
   return gen::mapcat(weighted_index(weights), [gens](I i) { return gens[i].second; });
 }
 
-Gen<bool> sometimes(std::size_t percent) { return pick<bool>({{100 - percent, false}, {percent, true}}); }
+Gen<bool> sometimes(std::size_t percent) {
+  return pick<bool>({{100 - percent, false}, {percent, true}});
+}
 
 Gen<I> heads() {
   return pick_gen<I>({{40, any_of<I>({1, 3, 5, 7, 12, 20})},
-                                {40, scaled(1, 16)},
-                                {16, scaled(1, 128)},
-                                {4, gen::just<I>(0)}});
+                      {40, scaled(1, 16)},
+                      {16, scaled(1, 128)},
+                      {4, gen::just<I>(0)}});
 }
 
 Gen<I> emb_dim() {
   return pick_gen<I>({{30, any_of<I>({2, 6, 10, 50})},
-                                {40, gen::map(scaled(1, 128), [](I x) { return 2 * x; })},
-                                {30, gen::just<I>(64)}});
+                      {40, gen::map(scaled(1, 128), [](I x) { return 2 * x; })},
+                      {30, gen::just<I>(64)}});
 }
 
 Gen<I> nope_dim() {
   return pick_gen<I>({{20, gen::just<I>(0)},
-                                {45, scaled(0, 64)},
-                                {15, any_of<I>({16, 32, 64, 128})},
-                                {20, scaled(0, 256)}});
+                      {45, scaled(0, 64)},
+                      {15, any_of<I>({16, 32, 64, 128})},
+                      {20, scaled(0, 256)}});
 }
 
 Gen<I> kv_dim() {
   return pick_gen<I>({{15, gen::just<I>(0)},
-                                {50, scaled(0, 64)},
-                                {15, any_of<I>({64, 128})},
-                                {20, scaled(0, 256)}});
+                      {50, scaled(0, 64)},
+                      {15, any_of<I>({64, 128})},
+                      {20, scaled(0, 256)}});
 }
 
 Gen<I> cp_size(const std::vector<I>& sizes) {
@@ -103,25 +108,29 @@ Gen<I> gap() {
 
 Gen<harness::LayoutPlan> plan(bool broadcast) {
   return gen::build<harness::LayoutPlan>(
-      gen::set(&harness::LayoutPlan::head_gap, gap()), gen::set(&harness::LayoutPlan::row_gap, gap()),
+      gen::set(&harness::LayoutPlan::head_gap, gap()),
+      gen::set(&harness::LayoutPlan::row_gap, gap()),
       gen::set(&harness::LayoutPlan::table_gap,
                pick_gen<I>({{60, gen::just<I>(0)}, {40, uniform(1, 8)}})),
       gen::set(&harness::LayoutPlan::misalign, sometimes(20)),
-      gen::set(&harness::LayoutPlan::broadcast_heads, broadcast ? sometimes(15) : gen::just(false)));
+      gen::set(&harness::LayoutPlan::broadcast_heads,
+               broadcast ? sometimes(15) : gen::just(false)));
 }
 
-Gen<PairLayout> pair_layout() { return any_of<PairLayout>({PairLayout::interleaved, PairLayout::half}); }
+Gen<PairLayout> pair_layout() {
+  return any_of<PairLayout>({PairLayout::interleaved, PairLayout::half});
+}
 
 // Table dtypes: f32 60% of the time when all three are allowed, else uniform.
 Gen<DType> table_dtype(const std::vector<DType>& allowed) {
-  if (allowed.size() == 3) return pick<DType>({{60, DType::f32}, {20, DType::bf16}, {20, DType::f16}});
+  if (allowed.size() == 3)
+    return pick<DType>({{60, DType::f32}, {20, DType::bf16}, {20, DType::f16}});
   return any_of(allowed);
 }
 
 Gen<CaseSpec> head(const GenOptions& o) {
   return gen::build<CaseSpec>(
-      gen::set(&CaseSpec::op, any_of(o.ops)),
-      gen::set(&CaseSpec::layout, any_of(o.layouts)),
+      gen::set(&CaseSpec::op, any_of(o.ops)), gen::set(&CaseSpec::layout, any_of(o.layouts)),
       gen::set(&CaseSpec::dtype, any_of(o.dtypes)),
       gen::set(&CaseSpec::table_dtype, table_dtype(o.table_dtypes)),
       gen::set(&CaseSpec::heads, heads()), gen::set(&CaseSpec::nope_dim, nope_dim()),
@@ -132,12 +141,11 @@ Gen<CaseSpec> head(const GenOptions& o) {
       gen::set(&CaseSpec::position_ids_type, any_of<IndexType>({IndexType::i32, IndexType::i64})),
       gen::set(&CaseSpec::seq_offsets, sometimes(20)),
       gen::set(&CaseSpec::max_seqlen_known, pick<bool>({{70, true}, {30, false}})),
-      gen::set(&CaseSpec::fault,
-               pick<MetadataFault>({{85, MetadataFault::none},
-                                                    {4, MetadataFault::bad_length},
-                                                    {4, MetadataFault::decreasing},
-                                                    {3, MetadataFault::too_long},
-                                                    {4, MetadataFault::row_outside_table}})),
+      gen::set(&CaseSpec::fault, pick<MetadataFault>({{85, MetadataFault::none},
+                                                      {4, MetadataFault::bad_length},
+                                                      {4, MetadataFault::decreasing},
+                                                      {3, MetadataFault::too_long},
+                                                      {4, MetadataFault::row_outside_table}})),
       gen::set(&CaseSpec::extra_table_rows,
                pick_gen<I>({{50, gen::just<I>(0)}, {50, uniform(1, 7)}})),
       gen::set(&CaseSpec::table_rank4, sometimes(15)),
@@ -150,16 +158,16 @@ Gen<CaseSpec> head(const GenOptions& o) {
       gen::set(&CaseSpec::yarn_scaling, pick<double>({{60, 1.0}, {20, 4.0}, {20, 40.0}})),
       gen::set(&CaseSpec::table_offset,
                pick_gen<I>({{30, gen::just<I>(0)}, {70, uniform(1, 100000)}})),
-      gen::set(&CaseSpec::values,
-               pick<Values>({{47, Values::normal},
-                                             {8, Values::large},
-                                             {8, Values::tiny},
-                                             {8, Values::signed_zeros},
-                                             {13, Values::cancelling},
-                                             {10, Values::ties},
-                                             {6, Values::nan_payloads}})),
+      gen::set(&CaseSpec::values, pick<Values>({{47, Values::normal},
+                                                {8, Values::large},
+                                                {8, Values::tiny},
+                                                {8, Values::signed_zeros},
+                                                {13, Values::cancelling},
+                                                {10, Values::ties},
+                                                {6, Values::nan_payloads}})),
       gen::set(&CaseSpec::plan, plan(o.broadcast)),
-      gen::set(&CaseSpec::data_seed, gen::noShrink(gen::resize(100, gen::arbitrary<std::uint64_t>()))));
+      gen::set(&CaseSpec::data_seed,
+               gen::noShrink(gen::resize(100, gen::arbitrary<std::uint64_t>()))));
 }
 
 // The row structure, drawn after the dims.
@@ -184,25 +192,26 @@ Gen<std::vector<I>> sequences(I rows) {
   return pick_gen<std::vector<I>>(
       {{10, gen::just(std::vector<I>{})},
        {25, gen::container<std::vector<I>>(1, unit)},
-       {40, gen::mapcat(uniform(2, 6), [unit](I n) { return gen::container<std::vector<I>>(n, unit); })},
-       {25, gen::mapcat(uniform(8, 32),
-                        [](I n) {
-                          return gen::container<std::vector<I>>(
-                              n, pick<I>({{30, 0}, {70, 1}}));
-                        })}});
+       {40, gen::mapcat(uniform(2, 6),
+                        [unit](I n) { return gen::container<std::vector<I>>(n, unit); })},
+       {25, gen::mapcat(uniform(8, 32), [](I n) {
+          return gen::container<std::vector<I>>(n, pick<I>({{30, 0}, {70, 1}}));
+        })}});
 }
 
 Gen<Rows> rows(const CaseSpec& s, I limit, bool batch_one) {
   const bool sbhd = s.layout == TokenLayout::sbhd;
   return gen::build<Rows>(
-      gen::set(&Rows::seq, sbhd ? pick_gen<I>({{4, gen::just<I>(0)}, {8, gen::just<I>(1)},
-                                                         {88, uniform(0, limit)}})
-                                : gen::just<I>(0)),
-      gen::set(&Rows::batch, sbhd && !batch_one ? pick<I>({{4, 0}, {60, 1}, {20, 2}, {8, 3}, {8, 4}})
-                                                : gen::just<I>(1)),
+      gen::set(&Rows::seq,
+               sbhd ? pick_gen<I>(
+                          {{4, gen::just<I>(0)}, {8, gen::just<I>(1)}, {88, uniform(0, limit)}})
+                    : gen::just<I>(0)),
+      gen::set(&Rows::batch, sbhd && !batch_one
+                                 ? pick<I>({{4, 0}, {60, 1}, {20, 2}, {8, 3}, {8, 4}})
+                                 : gen::just<I>(1)),
       gen::set(&Rows::units, sbhd ? gen::just(std::vector<I>{}) : sequences(limit)),
-      gen::set(&Rows::padding, sbhd ? gen::just<I>(0)
-                                    : pick<I>({{60, 0}, {15, 1}, {10, 2}, {10, 3}, {5, 7}})),
+      gen::set(&Rows::padding,
+               sbhd ? gen::just<I>(0) : pick<I>({{60, 0}, {15, 1}, {10, 2}, {10, 3}, {5, 7}})),
       gen::set(&Rows::cp_rank, uniform(0, s.cp_size - 1)));
 }
 
@@ -253,9 +262,13 @@ CaseSpec finish(CaseSpec s, const Rows& r, const GenOptions& o, I limit) {
   const bool sequences = thd && !s.seq_lengths.empty();
   switch (s.fault) {
     case MetadataFault::none: break;
-    case MetadataFault::bad_length: if (!sequences || s.cp_size == 1) s.fault = MetadataFault::none; break;
+    case MetadataFault::bad_length:
+      if (!sequences || s.cp_size == 1) s.fault = MetadataFault::none;
+      break;
     case MetadataFault::decreasing:
-    case MetadataFault::too_long: if (!sequences) s.fault = MetadataFault::none; break;
+    case MetadataFault::too_long:
+      if (!sequences) s.fault = MetadataFault::none;
+      break;
     case MetadataFault::row_outside_table:
       if (!s.position_ids && !s.seq_offsets && o.seq_offsets) s.seq_offsets = true;
       if (!s.position_ids && !s.seq_offsets) s.fault = MetadataFault::none;
@@ -275,7 +288,8 @@ rc::Gen<CaseSpec> case_spec(const GenOptions& o) {
     h.heads = std::max(h.heads, o.min_heads);
     return gen::withSize([o, h](int size) {
       const I limit = max_rows(h, size);
-      return gen::map(rows(h, limit, o.batch_one), [o, h, limit](const Rows& r) { return finish(h, r, o, limit); });
+      return gen::map(rows(h, limit, o.batch_one),
+                      [o, h, limit](const Rows& r) { return finish(h, r, o, limit); });
     });
   });
 }
@@ -284,12 +298,15 @@ namespace {
 
 // Log-uniform in [lo, hi] (1,000 steps); shrinks towards lo.
 Gen<double> log_uniform(double lo, double hi) {
-  return gen::map(uniform(0, 1000), [lo, hi](I k) { return lo * std::pow(hi / lo, static_cast<double>(k) / 1000.0); });
+  return gen::map(uniform(0, 1000), [lo, hi](I k) {
+    return lo * std::pow(hi / lo, static_cast<double>(k) / 1000.0);
+  });
 }
 
 // Uniform in [lo, hi] (1,000 steps); shrinks towards lo.
 Gen<double> linear(double lo, double hi) {
-  return gen::map(uniform(0, 1000), [lo, hi](I k) { return lo + (hi - lo) * static_cast<double>(k) / 1000.0; });
+  return gen::map(uniform(0, 1000),
+                  [lo, hi](I k) { return lo + (hi - lo) * static_cast<double>(k) / 1000.0; });
 }
 
 Gen<YarnParams> yarn_params() {
@@ -298,14 +315,20 @@ Gen<YarnParams> yarn_params() {
                                                            {20, any_of<double>({50000.0, 1e6})},
                                                            {40, log_uniform(1.5, 1e7)}})),
       gen::set(&YarnParams::scaling_factor,
-               pick_gen<double>({{25, gen::just(1.0)}, {25, gen::just(40.0)}, {50, log_uniform(0.5, 128.0)}})),
+               pick_gen<double>(
+                   {{25, gen::just(1.0)}, {25, gen::just(40.0)}, {50, log_uniform(0.5, 128.0)}})),
       gen::set(&YarnParams::original_max_position_embeddings,
                pick_gen<double>({{50, gen::just(4096.0)}, {50, log_uniform(16.0, 131072.0)}})),
-      gen::set(&YarnParams::beta_fast, pick_gen<double>({{50, gen::just(32.0)}, {50, linear(1.0, 64.0)}})),
-      gen::set(&YarnParams::beta_slow, pick_gen<double>({{50, gen::just(1.0)}, {50, log_uniform(0.25, 8.0)}})),
-      gen::set(&YarnParams::mscale, pick_gen<double>({{40, gen::just(1.0)}, {20, gen::just(0.707)}, {40, linear(0.0, 2.0)}})),
-      gen::set(&YarnParams::mscale_all_dim,
-               pick_gen<double>({{40, gen::just(0.0)}, {20, any_of<double>({0.707, 1.0})}, {40, linear(0.0, 2.0)}})),
+      gen::set(&YarnParams::beta_fast,
+               pick_gen<double>({{50, gen::just(32.0)}, {50, linear(1.0, 64.0)}})),
+      gen::set(&YarnParams::beta_slow,
+               pick_gen<double>({{50, gen::just(1.0)}, {50, log_uniform(0.25, 8.0)}})),
+      gen::set(&YarnParams::mscale,
+               pick_gen<double>(
+                   {{40, gen::just(1.0)}, {20, gen::just(0.707)}, {40, linear(0.0, 2.0)}})),
+      gen::set(&YarnParams::mscale_all_dim, pick_gen<double>({{40, gen::just(0.0)},
+                                                              {20, any_of<double>({0.707, 1.0})},
+                                                              {40, linear(0.0, 2.0)}})),
       gen::set(&YarnParams::concentration_override,
                pick_gen<double>({{90, gen::just(std::nan(""))}, {10, linear(-2.0, 2.0)}})));
 }
@@ -318,11 +341,13 @@ Gen<harness::YarnCase> yarn_case() {
       gen::set(&YarnCase::params, yarn_params()),
       gen::set(&YarnCase::rows, pick_gen<I>({{80, scaled(0, 64)}, {20, scaled(0, 300)}})),
       gen::set(&YarnCase::emb_dim, pick_gen<I>({{85, emb_dim()}, {15, any_of<I>({128, 512})}})),
-      gen::set(&YarnCase::offset, pick_gen<I>({{30, gen::just<I>(0)},
-                                               {40, scaled(0, 5000)},
-                                               {20, uniform(0, 1000000)},
-                                               {10, uniform((I{1} << 24) - 64, (I{1} << 24) + 64)}})),
-      gen::set(&YarnCase::table_layout, any_of<PairLayout>({PairLayout::half, PairLayout::interleaved})),
+      gen::set(&YarnCase::offset,
+               pick_gen<I>({{30, gen::just<I>(0)},
+                            {40, scaled(0, 5000)},
+                            {20, uniform(0, 1000000)},
+                            {10, uniform((I{1} << 24) - 64, (I{1} << 24) + 64)}})),
+      gen::set(&YarnCase::table_layout,
+               any_of<PairLayout>({PairLayout::half, PairLayout::interleaved})),
       gen::set(&YarnCase::dtype, any_of<DType>({DType::f32, DType::bf16, DType::f16})),
       gen::set(&YarnCase::rank4, sometimes(20)),
       gen::set(&YarnCase::row_gap, pick_gen<I>({{70, gen::just<I>(0)}, {30, uniform(1, 9)}})),

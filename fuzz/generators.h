@@ -9,8 +9,8 @@
 #include <optional>
 #include <vector>
 
-#include "fuzz/case_spec.h"
 #include "checks/yarn_check.h"
+#include "fuzz/case_spec.h"
 #include "mlarope/megatron.h"
 
 namespace mlarope::props {
@@ -25,17 +25,18 @@ struct GenOptions {
   std::vector<TokenLayout> layouts = {TokenLayout::sbhd, TokenLayout::thd};
   std::vector<std::int64_t> cp_sizes = {1, 2, 3, 4, 8};  ///< 1 is drawn half of the time
   std::vector<TableKind> table_kinds = {TableKind::unit, TableKind::mscale, TableKind::random};
-  std::vector<DType> dtypes = {DType::f32, DType::bf16, DType::f16};        ///< activations
-  std::vector<DType> table_dtypes = {DType::f32, DType::bf16, DType::f16};  ///< f32 60% when all three
-  std::optional<LayoutTriple> triple;  ///< fixed layouts; any when empty
+  std::vector<DType> dtypes = {DType::f32, DType::bf16, DType::f16};  ///< activations
+  std::vector<DType> table_dtypes = {DType::f32, DType::bf16,
+                                     DType::f16};                 ///< f32 60% when all three
+  std::optional<LayoutTriple> triple;                             ///< fixed layouts; any when empty
   std::optional<PairLayout> in_layout, out_layout, table_layout;  ///< each fixed on its own
-  bool in_place = true;       ///< rope ops may be in place
-  bool position_ids = true;   ///< THD may have position ids
-  bool seq_offsets = true;    ///< may have seq_offsets
-  bool faults = true;         ///< may have invalid device metadata
-  bool batch_one = false;     ///< SBHD with B = 1 only
-  bool broadcast = true;      ///< the layout plan may broadcast heads
-  std::int64_t min_heads = 0; ///< at least this many heads (the element budget still holds)
+  bool in_place = true;                                           ///< rope ops may be in place
+  bool position_ids = true;                                       ///< THD may have position ids
+  bool seq_offsets = true;                                        ///< may have seq_offsets
+  bool faults = true;          ///< may have invalid device metadata
+  bool batch_one = false;      ///< SBHD with B = 1 only
+  bool broadcast = true;       ///< the layout plan may broadcast heads
+  std::int64_t min_heads = 0;  ///< at least this many heads (the element budget still holds)
 };
 
 /// Cases of `options`: heads 1..128 (1, 3, 5, 7, 12, 20 and 0 often), nope 0..256, emb even

@@ -12,8 +12,8 @@
 
 #include "backends/case_run.h"
 #include "checks/compare.h"
-#include "mlarope/error.h"
 #include "fuzz/generators.h"
+#include "mlarope/error.h"
 #include "property_support.h"
 
 using namespace mlarope;
@@ -25,6 +25,7 @@ constexpr int kSpecs = 3000;
 
 std::vector<CaseSpec> specs(int size, int count = kSpecs, const GenOptions& o = {}) {
   std::vector<CaseSpec> out;
+  out.reserve(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) out.push_back(random_spec(1000 + i, size, o));
   return out;
 }
@@ -62,11 +63,19 @@ TEST(Generators, EverySpecMaterializesIntoACaseTheReferenceAccepts) {
 TEST(Generators, EdgeSizesComeUpOften) {
   const std::vector<CaseSpec> all = specs(kDefaultSize);
   auto thd = [](const CaseSpec& s) { return s.layout == TokenLayout::thd; };
-  EXPECT_GT(share(all, [](const CaseSpec& s) { return std::set<std::int64_t>{1, 3, 5, 7, 12, 20}.count(s.heads) > 0; }), 0.3);
+  EXPECT_GT(share(all,
+                  [](const CaseSpec& s) {
+                    return std::set<std::int64_t>{1, 3, 5, 7, 12, 20}.count(s.heads) > 0;
+                  }),
+            0.3);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.heads == 0; }), 0.02);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.heads > 64; }), 0.03);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.emb_dim == 64; }), 0.2);
-  EXPECT_GT(share(all, [](const CaseSpec& s) { return std::set<std::int64_t>{2, 6, 10, 50}.count(s.emb_dim) > 0; }), 0.2);
+  EXPECT_GT(share(all,
+                  [](const CaseSpec& s) {
+                    return std::set<std::int64_t>{2, 6, 10, 50}.count(s.emb_dim) > 0;
+                  }),
+            0.2);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.emb_dim > 128; }), 0.05);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return is_rope(s.op) && s.nope_dim == 0; }), 0.08);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return !is_rope(s.op) && s.k_dim == 0; }), 0.06);
@@ -75,16 +84,20 @@ TEST(Generators, EdgeSizesComeUpOften) {
   EXPECT_GT(share(all, [](const CaseSpec& s) { return row_count(s) == 1; }), 0.03);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.plan.head_gap > 0; }), 0.3);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.cp_size > 1; }), 0.3);
-  EXPECT_GT(share(all, [&](const CaseSpec& s) { return thd(s) && s.seq_lengths.size() == 1; }), 0.05);
-  EXPECT_GT(share(all, [&](const CaseSpec& s) { return thd(s) && s.seq_lengths.size() >= 8; }), 0.05);
+  EXPECT_GT(share(all, [&](const CaseSpec& s) { return thd(s) && s.seq_lengths.size() == 1; }),
+            0.05);
+  EXPECT_GT(share(all, [&](const CaseSpec& s) { return thd(s) && s.seq_lengths.size() >= 8; }),
+            0.05);
   EXPECT_GT(share(all, [&](const CaseSpec& s) { return thd(s) && s.padding_rows > 0; }), 0.1);
-  EXPECT_GT(share(all, [&](const CaseSpec& s) {
-              return thd(s) && std::count(s.seq_lengths.begin(), s.seq_lengths.end(), 0) > 0;
-            }), 0.1);
+  EXPECT_GT(share(all,
+                  [&](const CaseSpec& s) {
+                    return thd(s) && std::count(s.seq_lengths.begin(), s.seq_lengths.end(), 0) > 0;
+                  }),
+            0.1);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.fault != MetadataFault::none; }), 0.05);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.in_place; }), 0.1);
-  for (Values v : {Values::large, Values::tiny, Values::signed_zeros, Values::cancelling, Values::ties,
-                   Values::nan_payloads})
+  for (Values v : {Values::large, Values::tiny, Values::signed_zeros, Values::cancelling,
+                   Values::ties, Values::nan_payloads})
     EXPECT_GT(share(all, [v](const CaseSpec& s) { return s.values == v; }), 0.05) << to_string(v);
 }
 
@@ -125,8 +138,9 @@ TEST(Generators, FaultsRaiseTheirStatusBits) {
     const harness::CaseOutputs o = harness::run_case(materialize(s), harness::reference_backend());
     SCOPED_TRACE(describe(s));
     // A call that writes no element is a no-op (docs/semantics.md §5): nothing runs to raise a bit.
-    const bool writes_nothing = std::all_of(o.arrays.begin(), o.arrays.end(),
-                                            [](const auto& named) { return named.second.size() == 0; });
+    const bool writes_nothing =
+        std::all_of(o.arrays.begin(), o.arrays.end(),
+                    [](const auto& named) { return named.second.size() == 0; });
     if (writes_nothing) {
       EXPECT_EQ(o.status, kStatusOk);
       continue;
@@ -161,7 +175,8 @@ TEST(Generators, LargeValuesStayFinite) {
 }
 
 TEST(Generators, SpecsSurviveJson) {
-  for (const CaseSpec& s : specs(kDefaultSize, 200)) EXPECT_EQ(to_json(spec_from_json(to_json(s))), to_json(s));
+  for (const CaseSpec& s : specs(kDefaultSize, 200))
+    EXPECT_EQ(to_json(spec_from_json(to_json(s))), to_json(s));
   EXPECT_THROW(spec_from_json(nlohmann::json{{"op", "rope"}}), Error);
 }
 

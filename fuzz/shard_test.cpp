@@ -14,7 +14,8 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-Shard resolve(Env env, std::optional<std::int64_t> index = {}, std::optional<std::int64_t> count = {}) {
+Shard resolve(const Env& env, std::optional<std::int64_t> index = {},
+              std::optional<std::int64_t> count = {}) {
   return resolve_shard(index, count, [env](const char* name) -> std::optional<std::string> {
     const auto it = env.find(name);
     return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
@@ -24,8 +25,10 @@ Shard resolve(Env env, std::optional<std::int64_t> index = {}, std::optional<std
 TEST(Shard, EachSourceInItsOrder) {
   EXPECT_EQ(resolve({}).count, 1);
   EXPECT_EQ(resolve({}).source, "none");
-  const Shard slurm = resolve({{"SLURM_ARRAY_TASK_ID", "7"}, {"SLURM_ARRAY_TASK_MIN", "4"},
-                               {"SLURM_ARRAY_TASK_COUNT", "5"}, {"GTEST_SHARD_INDEX", "0"},
+  const Shard slurm = resolve({{"SLURM_ARRAY_TASK_ID", "7"},
+                               {"SLURM_ARRAY_TASK_MIN", "4"},
+                               {"SLURM_ARRAY_TASK_COUNT", "5"},
+                               {"GTEST_SHARD_INDEX", "0"},
                                {"GTEST_TOTAL_SHARDS", "2"}});
   EXPECT_EQ(slurm.index, 3);  // --array=4-8: task 7 is the fourth
   EXPECT_EQ(slurm.count, 5);
@@ -37,13 +40,15 @@ TEST(Shard, EachSourceInItsOrder) {
   const Shard gtest = resolve({{"GTEST_SHARD_INDEX", "1"}, {"GTEST_TOTAL_SHARDS", "4"}});
   EXPECT_EQ(gtest.index, 1);
   EXPECT_EQ(gtest.source, "GTEST_SHARD_INDEX");
-  const Shard flags = resolve({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "2"}}, 5, 6);
+  const Shard flags =
+      resolve({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "2"}}, 5, 6);
   EXPECT_EQ(flags.index, 5);  // explicit flags win
   EXPECT_EQ(flags.source, "flags");
 }
 
 TEST(Shard, BadValuesAreNamedErrors) {
-  auto message = [](Env env, std::optional<std::int64_t> index = {}, std::optional<std::int64_t> count = {}) {
+  auto message = [](const Env& env, std::optional<std::int64_t> index = {},
+                    std::optional<std::int64_t> count = {}) {
     try {
       resolve(env, index, count);
     } catch (const Error& e) {
@@ -51,11 +56,14 @@ TEST(Shard, BadValuesAreNamedErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message({{"SLURM_ARRAY_TASK_ID", "x"}, {"SLURM_ARRAY_TASK_COUNT", "2"}}).find("SLURM_ARRAY_TASK_ID='x'"),
+  EXPECT_NE(message({{"SLURM_ARRAY_TASK_ID", "x"}, {"SLURM_ARRAY_TASK_COUNT", "2"}})
+                .find("SLURM_ARRAY_TASK_ID='x'"),
             std::string::npos);
-  EXPECT_NE(message({{"SLURM_ARRAY_TASK_ID", "2"}, {"SLURM_ARRAY_TASK_COUNT", "2"}}).find("outside 0..1"),
+  EXPECT_NE(
+      message({{"SLURM_ARRAY_TASK_ID", "2"}, {"SLURM_ARRAY_TASK_COUNT", "2"}}).find("outside 0..1"),
+      std::string::npos);
+  EXPECT_NE(message({{"JOB_COMPLETION_INDEX", "0"}}).find("MLAROPE_SHARD_COUNT"),
             std::string::npos);
-  EXPECT_NE(message({{"JOB_COMPLETION_INDEX", "0"}}).find("MLAROPE_SHARD_COUNT"), std::string::npos);
   EXPECT_NE(message({{"GTEST_SHARD_INDEX", "0"}}).find("GTEST_TOTAL_SHARDS"), std::string::npos);
   EXPECT_NE(message({}, 1).find("--shard-count"), std::string::npos);
   EXPECT_NE(message({}, {}, 3).find("--shard-index"), std::string::npos);

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "fuzz/broken_kernels.h"
 #include "checks/asan_guards.h"
 #include "checks/strided_call.h"
+#include "fuzz/broken_kernels.h"
 
 namespace mlarope::props {
 namespace {
@@ -52,8 +52,11 @@ TEST(AsanGuards, AFastModeReadPastARopeSliceStopsWithTheTensorNamed) {
   const harness::Case c = small_rope_case();
   harness::LayoutPlan plan;
   plan.head_gap = 4;  // the byte past a head's slice is a gap's (the last head's: the guard's)
-  EXPECT_DEATH(harness::run_strided(c, faulty_kernel_backend(KernelFault::fast_slice_overread, 0, false), plan, false),
-               "AddressSanitizer: use-after-poison.*mlarope: the bad access is in the guarded storage of tensor 't'");
+  EXPECT_DEATH(
+      harness::run_strided(c, faulty_kernel_backend(KernelFault::fast_slice_overread, 0, false),
+                           plan, false),
+      "AddressSanitizer: use-after-poison.*mlarope: the bad access is in the guarded storage of "
+      "tensor 't'");
   const harness::RunResult clean =
       harness::run_strided(c, faulty_kernel_backend(KernelFault::none, 0, false), plan, false);
   EXPECT_EQ(clean.error, "");

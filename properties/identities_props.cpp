@@ -9,11 +9,11 @@
 #include <map>
 
 #include "backends/case_run.h"
+#include "checks/strided_call.h"
+#include "checks/value_compare.h"
 #include "host_convert.h"
 #include "positions.h"
 #include "property_support.h"
-#include "checks/strided_call.h"
-#include "checks/value_compare.h"
 
 using namespace mlarope;
 using namespace mlarope::props;
@@ -31,21 +31,24 @@ CaseOutputs run(const CaseSpec& spec, const Case& c) {
   const harness::RunResult r = harness::run_strided(c, backend(), spec.plan, c.config.in_place);
   if (!r.error.empty()) fail_with_case(spec, c, "the backend threw: " + r.error);
   if (!r.findings.empty())
-    fail_with_case(spec, c, std::string(to_string(r.findings[0].check)) + ": " + r.findings[0].message);
+    fail_with_case(spec, c,
+                   std::string(to_string(r.findings[0].check)) + ": " + r.findings[0].message);
   return r.outputs;
 }
 
 // `got` must agree with `expected` (outputs of `c`) within twice the tolerance model.
 void require_agree(const CaseSpec& spec, const Case& c, const CaseOutputs& got,
                    const CaseOutputs& expected, const std::string& what) {
-  const harness::CheckResult r = harness::compare_outputs(c, harness::value_context(c), got, expected,
-                                                          CheckKind::value, 2.0, nullptr, what + ": ");
+  const harness::CheckResult r =
+      harness::compare_outputs(c, harness::value_context(c), got, expected, CheckKind::value, 2.0,
+                               nullptr, what + ": ");
   if (!r.ok()) fail_with_case(spec, c, r.message);
 }
 
 npy::Array int32_array(const std::vector<std::int64_t>& v) {
   npy::Array a = npy::make(npy::Dtype::i32, {static_cast<std::int64_t>(v.size())});
-  for (std::size_t i = 0; i < v.size(); ++i) a.data<std::int32_t>()[i] = static_cast<std::int32_t>(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    a.data<std::int32_t>()[i] = static_cast<std::int32_t>(v[i]);
   return a;
 }
 
@@ -56,14 +59,17 @@ void squeeze_batch(std::map<std::string, npy::Array>& arrays) {
 }
 
 // Megatron's host slicing for CP: chunks r and 2 cp - 1 - r of S / 2 rows each.
-npy::Array slice_table(const npy::Array& table, std::int64_t s, std::int64_t cp, std::int64_t rank) {
+npy::Array slice_table(const npy::Array& table, std::int64_t s, std::int64_t cp,
+                       std::int64_t rank) {
   npy::Array out = table;
   out.shape[0] = s;
-  const std::size_t row = table.bytes.size() / static_cast<std::size_t>(std::max<std::int64_t>(table.shape[0], 1));
+  const std::size_t row =
+      table.bytes.size() / static_cast<std::size_t>(std::max<std::int64_t>(table.shape[0], 1));
   out.bytes.resize(row * static_cast<std::size_t>(s));
   const std::int64_t half = s / 2;
   for (std::int64_t i = 0; i < s; ++i) {
-    const std::int64_t source = i < half ? rank * half + i : (2 * cp - 1 - rank) * half + (i - half);
+    const std::int64_t source =
+        i < half ? rank * half + i : (2 * cp - 1 - rank) * half + (i - half);
     std::memcpy(&out.bytes[i * row], &table.bytes[source * row], row);
   }
   return out;
@@ -85,15 +91,18 @@ npy::Array interleave_table(const npy::Array& table, std::int64_t d) {
 Case position_probe(Case c, const CaseSpec& s) {
   for (const char* name : {"cos", "sin"}) {
     npy::Array& t = c.arrays.at(name);
-    for (std::int64_t i = 0; i < t.size(); ++i)
-      t.data<float>()[i] = name[0] == 'c' ? static_cast<float>(i / s.emb_dim + 2) : 0.0f;
+    for (std::int64_t i = 0; i < t.size(); ++i) {
+      const std::int64_t position = i / s.emb_dim;  // the table row of element i
+      t.data<float>()[i] = name[0] == 'c' ? static_cast<float>(position + 2) : 0.0f;
+    }
   }
   npy::Array& x = c.arrays.at("t");
   std::fill(x.data<float>(), x.data<float>() + x.size(), 0.0f);
   const std::int64_t width = s.nope_dim + s.emb_dim;
   for (std::int64_t head = 0; head < x.size() / width; ++head)
     for (std::int64_t i = 0; i < s.emb_dim / 2; ++i)
-      x.data<float>()[head * width + s.nope_dim + (s.in_layout == PairLayout::half ? i : 2 * i)] = 1.0f;
+      x.data<float>()[head * width + s.nope_dim + (s.in_layout == PairLayout::half ? i : 2 * i)] =
+          1.0f;
   return c;
 }
 
@@ -104,9 +113,11 @@ std::int64_t probed_row(const CaseSpec& s, const Case& c, const npy::Array& out,
   for (std::int64_t h = 0; h < s.heads; ++h)
     for (std::int64_t i = 0; i < s.emb_dim / 2; ++i) {
       const std::int64_t k = s.nope_dim + (s.out_layout == PairLayout::half ? i : 2 * i);
-      const auto p = static_cast<std::int64_t>(out.data<float>()[(row * s.heads + h) * width + k]) - 2;
+      const auto p =
+          static_cast<std::int64_t>(out.data<float>()[(row * s.heads + h) * width + k]) - 2;
       if (found != -1000 && p != found)
-        fail_with_case(s, c, "row " + std::to_string(row) + ": heads or pairs use different table rows");
+        fail_with_case(s, c,
+                       "row " + std::to_string(row) + ": heads or pairs use different table rows");
       found = p;
     }
   return found;
@@ -123,7 +134,8 @@ std::map<std::int64_t, std::vector<std::int64_t>> every_position(const CaseSpec&
   std::int64_t start = 0;
   for (std::size_t i = 0; i < s.seq_lengths.size(); ++i) {
     const std::int64_t base = s.freq_mode == FreqMode::packed ? start : 0;
-    for (std::int64_t p = 0; p < s.seq_lengths[i]; ++p) want[i].push_back(base + p);
+    for (std::int64_t p = 0; p < s.seq_lengths[i]; ++p)
+      want[static_cast<std::int64_t>(i)].push_back(base + p);
     start += s.seq_lengths[i];
   }
   return want;
@@ -133,12 +145,14 @@ std::map<std::int64_t, std::vector<std::int64_t>> every_position(const CaseSpec&
 void collect_positions(const CaseSpec& s, const Case& c, const npy::Array& out,
                        std::map<std::int64_t, std::vector<std::int64_t>>& seen) {
   if (s.layout == TokenLayout::sbhd) {
-    for (std::int64_t row = 0; row < s.seq * s.batch; ++row) seen[row % s.batch].push_back(probed_row(s, c, out, row));
+    for (std::int64_t row = 0; row < s.seq * s.batch; ++row)
+      seen[row % s.batch].push_back(probed_row(s, c, out, row));
     return;
   }
   std::int64_t row = 0;
   for (std::size_t i = 0; i < s.seq_lengths.size(); ++i)
-    for (std::int64_t lp = 0; lp < s.seq_lengths[i] / s.cp_size; ++lp) seen[i].push_back(probed_row(s, c, out, row++));
+    for (std::int64_t lp = 0; lp < s.seq_lengths[i] / s.cp_size; ++lp)
+      seen[static_cast<std::int64_t>(i)].push_back(probed_row(s, c, out, row++));
 }
 
 GenOptions no_metadata_surprises() {
@@ -169,7 +183,8 @@ MLAROPE_PROPERTY(IdentitiesProps, InPlaceEqualsOutOfPlace, kCasesPerIdentity) {
 }
 
 MLAROPE_PROPERTY(IdentitiesProps, InputsAndNopePartsAreImmutable, kCasesPerIdentity) {
-  require_case_passes(*case_spec(), {CheckKind::immutability, CheckKind::bounds, CheckKind::coverage});
+  require_case_passes(*case_spec(),
+                      {CheckKind::immutability, CheckKind::bounds, CheckKind::coverage});
 }
 
 MLAROPE_PROPERTY(IdentitiesProps, SbhdBatchOneIsThdWithOneSequence, kCasesPerIdentity) {
@@ -202,7 +217,8 @@ MLAROPE_PROPERTY(IdentitiesProps, SbhdCpMatchesHostSlicedTable, kCasesPerIdentit
   const std::int64_t rows = spec.batch == 0 ? 0 : spec.seq;  // B = 0: the table is empty
   for (const char* name : {"cos", "sin"})
     sliced.arrays[name] = slice_table(with_cp.arrays.at(name), rows, spec.cp_size, spec.cp_rank);
-  require_agree(spec, sliced, run(spec, sliced), run(spec, with_cp), "host-sliced table without CP vs CP mapping");
+  require_agree(spec, sliced, run(spec, sliced), run(spec, with_cp),
+                "host-sliced table without CP vs CP mapping");
 }
 
 MLAROPE_PROPERTY(IdentitiesProps, CpRanksCoverEveryPositionOnce, kCasesPerIdentity) {
@@ -228,9 +244,10 @@ MLAROPE_PROPERTY(IdentitiesProps, CpRanksCoverEveryPositionOnce, kCasesPerIdenti
   for (auto& [sequence, positions] : seen) std::sort(positions.begin(), positions.end());
   for (auto& [sequence, positions] : every_position(spec))
     if (seen[sequence] != positions)
-      fail_with_case(spec, probe, "sequence " + std::to_string(sequence) + ": the CP ranks together use " +
-                                      std::to_string(seen[sequence].size()) + " positions, not every one of " +
-                                      std::to_string(positions.size()) + " exactly once");
+      fail_with_case(spec, probe,
+                     "sequence " + std::to_string(sequence) + ": the CP ranks together use " +
+                         std::to_string(seen[sequence].size()) + " positions, not every one of " +
+                         std::to_string(positions.size()) + " exactly once");
 }
 
 MLAROPE_PROPERTY(IdentitiesProps, ExplicitPositionIdsEqualTheImplicitMapping, kCasesPerIdentity) {
@@ -241,7 +258,9 @@ MLAROPE_PROPERTY(IdentitiesProps, ExplicitPositionIdsEqualTheImplicitMapping, kC
   const std::int64_t rows = row_count(spec);
   const reference::RowMap map =
       reference::map_rows(harness::positions_of(implicit), {rows, 1}, table_rows(spec));
-  npy::Array ids = npy::make(spec.position_ids_type == IndexType::i64 ? npy::Dtype::i64 : npy::Dtype::i32, {rows});
+  npy::Array ids =
+      npy::make(spec.position_ids_type == IndexType::i64 ? npy::Dtype::i64 : npy::Dtype::i32,
+                {rows});
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t id = std::max<std::int64_t>(map.freq_row[r], 0);
     if (ids.dtype == npy::Dtype::i64) ids.data<std::int64_t>()[r] = id;
@@ -261,17 +280,21 @@ MLAROPE_PROPERTY(IdentitiesProps, MlaRemoveInterleavingEqualsGptJ, kCasesPerIden
   const Case mla = materialize(spec);
   Case gptj = mla;
   gptj.config.table_layout = PairLayout::interleaved;
-  for (const char* name : {"cos", "sin"}) gptj.arrays[name] = interleave_table(mla.arrays.at(name), spec.emb_dim);
+  for (const char* name : {"cos", "sin"})
+    gptj.arrays[name] = interleave_table(mla.arrays.at(name), spec.emb_dim);
   require_agree(spec, gptj, run(spec, gptj), run(spec, mla),
                 "GPT-J mode (interleaved table) vs MLA + remove interleaving (half table)");
 }
 
 TEST(IdentitiesProps, GraphReplayReadsNewMetadataAndInputs) {
   if (!backend().capture) GTEST_SKIP() << "backend " << backend().name << " has no capture";
-  check_property(kCasesPerIdentity, [] { require_case_passes(*case_spec(), {CheckKind::graph_replay}); });
+  check_property(kCasesPerIdentity,
+                 [] { require_case_passes(*case_spec(), {CheckKind::graph_replay}); });
 }
 
 TEST(IdentitiesProps, OrderOfThreadsAndBlocksDoesNotMatter) {
-  if (!backend().with_order_seed) GTEST_SKIP() << "backend " << backend().name << " has no with_order_seed";
-  check_property(kCasesPerIdentity, [] { require_case_passes(*case_spec(), {CheckKind::order_independence}); });
+  if (!backend().with_order_seed)
+    GTEST_SKIP() << "backend " << backend().name << " has no with_order_seed";
+  check_property(kCasesPerIdentity,
+                 [] { require_case_passes(*case_spec(), {CheckKind::order_independence}); });
 }

@@ -23,13 +23,14 @@ MLAROPE_PROPERTY(KvSplitProps, BackendPassesEveryCheck, kCasesPerProperty) {
   require_case_passes(spec);
 }
 
-// key and value are copies where the semantics say so (bitwise), key's rope part the rotation of k_pe
-// in every head, with k_dim = 0 and v_dim = 0 drawn often.
+// key and value are copies where the semantics say so (bitwise), key's rope part the rotation of
+// k_pe in every head, with k_dim = 0 and v_dim = 0 drawn often.
 MLAROPE_PROPERTY(KvSplitProps, EmptyKeyOrValuePartsAreFine, kCasesPerIdentity) {
   const CaseSpec spec = *rc::gen::map(case_spec(kv_cases()), [](CaseSpec s) {
     if (s.data_seed % 2) s.k_dim = 0;
     else s.v_dim = 0;
     return s;
   });
-  require_case_passes(spec, {CheckKind::value, CheckKind::coverage, CheckKind::bounds, CheckKind::adjoint});
+  require_case_passes(spec, {CheckKind::value, CheckKind::coverage, CheckKind::bounds,
+                             CheckKind::adjoint});
 }

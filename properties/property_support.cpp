@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "fuzz/broken_backends.h"
 #include "backends/case_run.h"
+#include "fuzz/broken_backends.h"
 #include "fuzz/failure.h"
 #include "mlarope/error.h"
 
@@ -53,12 +53,13 @@ fs::path failure_dir() {
 }
 
 std::string write_or_explain(const CaseSpec& spec, const harness::Case& c,
-                             const harness::CheckOptions& options, const harness::CheckReport& report,
-                             const std::string& note, const std::string& backend) {
+                             const harness::CheckOptions& options,
+                             const harness::CheckReport& report, const std::string& note,
+                             const std::string& backend) {
   const fs::path dir = failure_dir();
   try {
-    return "case written to " + dir.string() + "; replay: " +
-           write_failure(dir, spec, c, options, report, backend, note);
+    return "case written to " + dir.string() +
+           "; replay: " + write_failure(dir, spec, c, options, report, backend, note);
   } catch (const std::exception& e) {
     return "could not write " + dir.string() + ": " + e.what();
   }
@@ -71,7 +72,8 @@ void require_checks_pass(const CaseSpec& spec, const harness::Case& c,
                          const harness::Backend& backend) {
   if (report.ok()) return;
   std::string message = describe(spec) + "\nbackend " + backend.name + "\n";
-  for (const harness::CheckResult* r : report.failures()) message += harness::format_result(*r) + "\n";
+  for (const harness::CheckResult* r : report.failures())
+    message += harness::format_result(*r) + "\n";
   message += write_or_explain(spec, c, options, report, "", backend.name);
   RC_FAIL(message);
 }
@@ -83,14 +85,15 @@ void require_yarn_case_passes(const harness::YarnCase& c) {
   try {
     report = harness::check_yarn(c, backend);
     if (report.ok()) return;
-    for (const harness::CheckResult* r : report.failures()) message += harness::format_result(*r) + "\n";
+    for (const harness::CheckResult* r : report.failures())
+      message += harness::format_result(*r) + "\n";
   } catch (const Error& e) {
     message = std::string("the generated case is invalid: ") + e.what() + "\n";
   }
   const fs::path dir = failure_dir();
   try {
-    message += "case written to " + dir.string() + "; replay: " +
-               write_yarn_failure(dir, c, report, backend.name, message);
+    message += "case written to " + dir.string() +
+               "; replay: " + write_yarn_failure(dir, c, report, backend.name, message);
   } catch (const std::exception& e) {
     message += "could not write " + dir.string() + ": " + e.what();
   }

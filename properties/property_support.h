@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "fuzz/case_spec.h"
 #include "checks/checks.h"
+#include "fuzz/case_spec.h"
 #include "fuzz/generators.h"
 
 namespace mlarope::props {
@@ -50,7 +50,8 @@ void check_property(int cases, Testable&& testable) {
   std::ostringstream s;
   rc::detail::printResultMessage(result, s);
   if (!result.template is<rc::detail::SuccessResult>()) FAIL() << s.str();
-  if (!result.template get<rc::detail::SuccessResult>().distribution.empty()) std::cout << s.str() << std::endl;
+  if (!result.template get<rc::detail::SuccessResult>().distribution.empty())
+    std::cout << s.str() << std::endl;
 }
 
 /// Inside a property: when `report` has a failure, write the case to
@@ -77,9 +78,9 @@ void require_case_passes(const CaseSpec& spec, const std::vector<harness::CheckK
 }  // namespace mlarope::props
 
 /// A RapidCheck property run as GoogleTest Suite.Name with `Cases` cases and a fixed seed.
-#define MLAROPE_PROPERTY(Suite, Name, Cases)                                   \
-  static void mlarope_property_##Suite##_##Name();                             \
-  TEST(Suite, Name) {                                                          \
+#define MLAROPE_PROPERTY(Suite, Name, Cases)                                     \
+  static void mlarope_property_##Suite##_##Name();                               \
+  TEST(Suite, Name) {                                                            \
     ::mlarope::props::check_property(Cases, &mlarope_property_##Suite##_##Name); \
-  }                                                                            \
+  }                                                                              \
   static void mlarope_property_##Suite##_##Name()

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// rope_backward: the backend under test against the reference, with every check of docs/architecture.md,
-// and the adjoint identity on arbitrary (non-unit) tables.
+// rope_backward: the backend under test against the reference, with every check of
+// docs/architecture.md, and the adjoint identity on arbitrary (non-unit) tables.
 #include "property_support.h"
 
 using namespace mlarope;

@@ -31,7 +31,8 @@ MLAROPE_PROPERTY(RopeProps, InPlaceWritesOnlyRopeSlices, kCasesPerIdentity) {
     s.plan.broadcast_heads = false;
     return s;
   });
-  require_case_passes(spec, {CheckKind::value, CheckKind::immutability, CheckKind::bounds, CheckKind::in_place});
+  require_case_passes(spec, {CheckKind::value, CheckKind::immutability, CheckKind::bounds,
+                             CheckKind::in_place});
 }
 
 // Strided views with gaps between heads and rows, misaligned data and broadcast heads.
@@ -42,7 +43,8 @@ MLAROPE_PROPERTY(RopeProps, StridedViewsMatchTheReference, kCasesPerIdentity) {
     s.plan.misalign = true;
     return s;
   });
-  require_case_passes(spec, {CheckKind::value, CheckKind::coverage, CheckKind::bounds, CheckKind::immutability});
+  require_case_passes(spec, {CheckKind::value, CheckKind::coverage, CheckKind::bounds,
+                             CheckKind::immutability});
 }
 
 // The staged in-place body in rounds of whole slices (512 / chunks a round: 64 at bf16 emb 64,
@@ -57,7 +59,8 @@ MLAROPE_PROPERTY(RopeProps, StagedRoundsWithAShortLastRound, kCasesPerIdentity /
   spec.emb_dim = 64;
   spec.nope_dim = 8 * *rc::gen::inRange<std::int64_t>(0, 3);
   const std::int64_t per_round = spec.dtype == DType::f32 ? 32 : 64;
-  spec.heads = per_round + *rc::gen::inRange<std::int64_t>(1, per_round);  // one full round, one short
+  spec.heads =
+      per_round + *rc::gen::inRange<std::int64_t>(1, per_round);  // one full round, one short
   spec.seq = std::min<std::int64_t>(spec.seq, 3);
   spec.batch = 1;
   spec.cp_size = 1, spec.cp_rank = 0;

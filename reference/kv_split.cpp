@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "elements.h"
+#include "mlarope/validate.h"
 #include "positions.h"
 #include "reference.h"
 #include "rotation.h"
 #include "table.h"
-#include "mlarope/validate.h"
 
 namespace mlarope::reference {
 namespace {
@@ -28,7 +28,8 @@ void split_rows(const KvSplitCall& call, const RowMap& map, std::int64_t begin, 
   std::vector<double> c(d), s(d), x(d), y(d);
   std::vector<Storage> rotated(d);
   for (std::int64_t row = begin; row < end; ++row) {
-    const Storage* k_pe = reinterpret_cast<const Storage*>(element_ptr(call.k_pe, k_pe_index.offset(row, 0)));
+    const Storage* k_pe =
+        reinterpret_cast<const Storage*>(element_ptr(call.k_pe, k_pe_index.offset(row, 0)));
     const std::int64_t freq_row = map.freq_row[row];
     if (freq_row == RowMap::kPassThrough) {
       std::copy(k_pe, k_pe + d, rotated.begin());  // bit for bit: NaN payloads, signed zeros
@@ -42,9 +43,10 @@ void split_rows(const KvSplitCall& call, const RowMap& map, std::int64_t begin, 
       const char* kv = element_ptr(call.kv, kv_index.offset(row, h));
       char* key = element_ptr(call.key, key_index.offset(row, h));
       copy_elements(key, kv, a.k_dim, D);
-      copy_elements(key + a.k_dim * sizeof(Storage), reinterpret_cast<const char*>(rotated.data()), d, D);
-      copy_elements(element_ptr(call.value, value_index.offset(row, h)), kv + a.k_dim * sizeof(Storage),
-                    a.v_dim, D);
+      copy_elements(key + a.k_dim * sizeof(Storage), reinterpret_cast<const char*>(rotated.data()),
+                    d, D);
+      copy_elements(element_ptr(call.value, value_index.offset(row, h)),
+                    kv + a.k_dim * sizeof(Storage), a.v_dim, D);
     }
   }
 }
@@ -56,8 +58,10 @@ void split_backward_rows(const KvSplitBackwardCall& call, const RowMap& map, std
   using Storage = typename E::Storage;
   const KvSplitArgs& a = call.args;
   const std::int64_t d = a.emb_dim, heads = call.grad_key.size(-2);
-  const HeadIndexer key_index = head_indexer(call.grad_key), value_index = head_indexer(call.grad_value);
-  const HeadIndexer kv_index = head_indexer(call.grad_kv), k_pe_index = head_indexer(call.grad_k_pe);
+  const HeadIndexer key_index = head_indexer(call.grad_key),
+                    value_index = head_indexer(call.grad_value);
+  const HeadIndexer kv_index = head_indexer(call.grad_kv),
+                    k_pe_index = head_indexer(call.grad_k_pe);
   std::vector<double> c(d), s(d), sum(d), grad(d);
   for (std::int64_t row = begin; row < end; ++row) {
     std::fill(sum.begin(), sum.end(), 0.0);
@@ -65,8 +69,8 @@ void split_backward_rows(const KvSplitBackwardCall& call, const RowMap& map, std
       const char* key = element_ptr(call.grad_key, key_index.offset(row, h));
       char* kv = element_ptr(call.grad_kv, kv_index.offset(row, h));
       copy_elements(kv, key, a.k_dim, D);
-      copy_elements(kv + a.k_dim * sizeof(Storage), element_ptr(call.grad_value, value_index.offset(row, h)),
-                    a.v_dim, D);
+      copy_elements(kv + a.k_dim * sizeof(Storage),
+                    element_ptr(call.grad_value, value_index.offset(row, h)), a.v_dim, D);
       const Storage* slice = reinterpret_cast<const Storage*>(key) + a.k_dim;
       for (std::int64_t k = 0; k < d; ++k) sum[k] += E::load(slice[k]);
     }
@@ -77,7 +81,8 @@ void split_backward_rows(const KvSplitBackwardCall& call, const RowMap& map, std
       load_table_row(a.rotation, freq_row, c.data(), s.data());
       rotate_adjoint(sum.data(), grad.data(), c.data(), s.data(), a.rotation, d);
     }
-    Storage* out = reinterpret_cast<Storage*>(element_ptr(call.grad_k_pe, k_pe_index.offset(row, 0)));
+    Storage* out =
+        reinterpret_cast<Storage*>(element_ptr(call.grad_k_pe, k_pe_index.offset(row, 0)));
     for (std::int64_t k = 0; k < d; ++k) out[k] = E::store(grad[k]);
   }
 }

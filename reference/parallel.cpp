@@ -10,7 +10,8 @@ namespace mlarope::reference {
 void parallel_for(std::int64_t count, const std::function<void(std::int64_t, std::int64_t)>& body) {
   constexpr std::int64_t kMinRowsPerThread = 64;
   const std::int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::int64_t threads = std::min(cores, std::max<std::int64_t>(1, count / kMinRowsPerThread));
+  const std::int64_t threads =
+      std::min(cores, std::max<std::int64_t>(1, count / kMinRowsPerThread));
   if (threads <= 1) {
     body(0, count);
     return;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Which table row each row uses (docs/semantics.md §2): map_rows and cp_pos directly, and end to end
-// through rope and kv_split with a table whose rows can be told apart.
+// Which table row each row uses (docs/semantics.md §2): map_rows and cp_pos directly, and end to
+// end through rope and kv_split with a table whose rows can be told apart.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -40,7 +40,8 @@ std::int64_t row_of(double y0, double y1) {
 
 // The rows that rope (H = 3 heads, one nope element) and kv_split (H = 2) used for each row of a
 // call with `positions` over `rows`, ordered as map_rows orders them. All heads must agree.
-std::vector<std::int64_t> rows_used(const Positions& positions, RowShape rows, std::int64_t table_rows) {
+std::vector<std::int64_t> rows_used(const Positions& positions, RowShape rows,
+                                    std::int64_t table_rows) {
   const Table table = recognisable_table(table_rows);
   Rotation rotation;
   rotation.cos = table.cos.cview();
@@ -196,8 +197,10 @@ TEST(ThdRows, PositionIdsReplaceTheMappingWithContextParallelism) {
 
 TEST(ThdRows, MaxSeqlenDoesNotChangeTheMapping) {
   const std::vector<std::int32_t> cu{0, 3, 6};
-  expect_rows(test::thd_positions(cu, FreqMode::per_sequence, 1, 0, 0), {6, 1}, 4, {0, 1, 2, 0, 1, 2});
-  expect_rows(test::thd_positions(cu, FreqMode::per_sequence, 1, 0, 4), {6, 1}, 4, {0, 1, 2, 0, 1, 2});
+  expect_rows(test::thd_positions(cu, FreqMode::per_sequence, 1, 0, 0), {6, 1}, 4,
+              {0, 1, 2, 0, 1, 2});
+  expect_rows(test::thd_positions(cu, FreqMode::per_sequence, 1, 0, 4), {6, 1}, 4,
+              {0, 1, 2, 0, 1, 2});
 }
 
 // SBHD rows are ordered s * B + b.

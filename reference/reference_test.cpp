@@ -70,7 +70,10 @@ TEST(HandComputedRotation, MegatronModesRotateByTheAngleOfTheTable) {
       {"GPT-J", kGptj, false, {7, -3, -1.0, 2.0, -1.4, 4.8}},
       // inverse: y_u = u c + v s, y_v = v c - u s.
       {"MLA inverse", kMla, true, {7, -3, 2.2, 5.0, 0.4, 0.0}},
-      {"MLA + remove interleaving inverse", kMlaRemoveInterleaving, true, {7, -3, 2.2, 0.4, 5.0, 0.0}},
+      {"MLA + remove interleaving inverse",
+       kMlaRemoveInterleaving,
+       true,
+       {7, -3, 2.2, 0.4, 5.0, 0.0}},
       {"NeoX inverse", kNeox, true, {7, -3, 3.0, 4.4, 1.0, 0.8}},
       {"GPT-J inverse", kGptj, true, {7, -3, 2.2, 0.4, 5.0, 0.0}},
   };
@@ -95,9 +98,11 @@ TEST(HandComputedRotation, TableLayoutPicksTheEntriesOfEachPair) {
       //     pair 1: u = 3, v = 4, (tu, tv) = (1, 3): y1 = 3*2 - 4*6, y3 = 4*4 + 3*8.
       {"MLA", kMla, false, {-9, -18, 13, 40}},
       {"MLA + remove interleaving", kMlaRemoveInterleaving, false, {-9, 13, -18, 40}},
-      // NeoX pair 0: u = 1, v = 3: y0 = 1 - 15, y2 = 9 + 7; pair 1: u = 2, v = 4: y1 = 4 - 24, y3 = 16 + 16.
+      // NeoX pair 0: u = 1, v = 3: y0 = 1 - 15, y2 = 9 + 7; pair 1: u = 2, v = 4: y1 = 4 - 24, y3 =
+      // 16 + 16.
       {"NeoX", kNeox, false, {-14, -20, 16, 32}},
-      // GPT-J pair 0: (tu, tv) = (0, 1): y0 = 1 - 10, y1 = 4 + 6; pair 1: (2, 3): y2 = 9 - 28, y3 = 16 + 24.
+      // GPT-J pair 0: (tu, tv) = (0, 1): y0 = 1 - 10, y1 = 4 + 6; pair 1: (2, 3): y2 = 9 - 28, y3 =
+      // 16 + 24.
       {"GPT-J", kGptj, false, {-9, 10, -19, 40}},
       // in half, out interleaved, table interleaved: not a Megatron mode, but a point of the space.
       {"half/interleaved/interleaved", {kHalf, kInter, kInter}, false, {-14, 12, -22, 32}},
@@ -122,7 +127,8 @@ TEST(HandComputedRotation, BackwardIsTheTransposeOfTheForwardRotation) {
   EXPECT_EQ(one_head(kGptj, false, c, s, grad_out, 1, true),
             (std::vector<double>{9, 13, -1, 41, -5}));
   // The transpose of an arbitrary (non-unit) table is not its inverse.
-  EXPECT_NE(one_head(kMla, false, c, s, grad_out, 1, true), one_head(kMla, true, c, s, grad_out, 1));
+  EXPECT_NE(one_head(kMla, false, c, s, grad_out, 1, true),
+            one_head(kMla, true, c, s, grad_out, 1));
 }
 
 TEST(HandComputedRotation, KvSplitCopiesKvAndRotatesKPeIntoEveryHead) {
@@ -145,7 +151,8 @@ TEST(HandComputedRotation, KvSplitCopiesKvAndRotatesKPeIntoEveryHead) {
   }
 
   // Backward: grad_kv = [grad_key[:k_dim], grad_value]; grad_k_pe = adjoint of the head sum.
-  HostTensor grad_key(DType::f32, {1, 1, heads, k_dim + d}), grad_value(DType::f32, {1, 1, heads, v_dim});
+  HostTensor grad_key(DType::f32, {1, 1, heads, k_dim + d}),
+      grad_value(DType::f32, {1, 1, heads, v_dim});
   const std::vector<std::vector<double>> slices{{1, 2, 3, 4}, {0, 1, 0, 1}};  // sum [1, 3, 3, 5]
   for (std::int64_t h = 0; h < heads; ++h) {
     for (std::int64_t k = 0; k < k_dim; ++k) grad_key.set({0, 0, h, k}, -(10.0 * h + k));
@@ -157,8 +164,10 @@ TEST(HandComputedRotation, KvSplitCopiesKvAndRotatesKPeIntoEveryHead) {
       {grad_key.cview(), grad_value.cview(), grad_kv.view(), grad_k_pe.view(), args});
   for (std::int64_t h = 0; h < heads; ++h)
     EXPECT_EQ(test::last_dim_values(grad_kv, {0, 0, h}, 0, k_dim + v_dim),
-              (std::vector<double>{-10.0 * h, -10.0 * h - 1, 100.0 * h, 100.0 * h + 1, 100.0 * h + 2}));
-  // MLA adjoint of [1, 3, 3, 5]: pair 0 (1, 3) -> 1 + 21, -5 + 9; pair 1 (3, 5) -> 6 + 40, -18 + 20.
+              (std::vector<double>{-10.0 * h, -10.0 * h - 1, 100.0 * h, 100.0 * h + 1,
+                                   100.0 * h + 2}));
+  // MLA adjoint of [1, 3, 3, 5]: pair 0 (1, 3) -> 1 + 21, -5 + 9; pair 1 (3, 5) -> 6 + 40, -18
+  // + 20.
   EXPECT_EQ(test::last_dim_values(grad_k_pe, {0, 0, 0}, 0, d), (std::vector<double>{22, 4, 46, 2}));
 }
 
@@ -171,7 +180,8 @@ bool same_triple(const LayoutTriple& a, const LayoutTriple& b) {
 
 TEST(MegatronFlags, MapOntoTheLayoutTriplesOfTheSpecTable) {
   MegatronFlags f;  // MLA, mla_rotary_interleaved
-  EXPECT_TRUE(same_triple(layouts_from_megatron(f), kMla)) << test::describe(layouts_from_megatron(f));
+  EXPECT_TRUE(same_triple(layouts_from_megatron(f), kMla))
+      << test::describe(layouts_from_megatron(f));
   f.mla_output_remove_interleaving = true;
   EXPECT_TRUE(same_triple(layouts_from_megatron(f), kMlaRemoveInterleaving));
   f = MegatronFlags{};
@@ -293,8 +303,8 @@ TEST(PassThrough, NopePartIsCopiedBitwise) {
       t.for_each_index([&](const std::vector<std::int64_t>& i) {
         if (i[3] < kNope) t.set_bits(i, patterns[next++ % patterns.size()]);
       });
-      const RopeArgs args =
-          test::rope_args(kNope, kEmb, test::make_rotation(l, false, table), test::sbhd_positions());
+      const RopeArgs args = test::rope_args(kNope, kEmb, test::make_rotation(l, false, table),
+                                            test::sbhd_positions());
       for (const HostTensor& result :
            {test::run_rope(t, args), test::run_rope_inplace(t, args),
             test::run_rope_backward(t, args), test::run_rope_backward_inplace(t, args)})
@@ -320,8 +330,9 @@ TEST(PassThrough, KvSplitCopiesKeyAndValuePartsBitwise) {
     });
     test::fill_uniform(k_pe, rng);
     HostTensor key(dtype, {4, 2, heads, k_dim + kEmb}), value(dtype, {4, 2, heads, v_dim});
-    const KvSplitArgs args = test::kv_args(k_dim, v_dim, kEmb, test::make_rotation(kMla, false, table),
-                                           test::sbhd_positions());
+    const KvSplitArgs args =
+        test::kv_args(k_dim, v_dim, kEmb, test::make_rotation(kMla, false, table),
+                      test::sbhd_positions());
     reference::kv_split({kv.cview(), k_pe.cview(), key.view(), value.view(), args});
     kv.for_each_index([&](const std::vector<std::int64_t>& i) {
       if (i[3] < k_dim) {
@@ -332,13 +343,15 @@ TEST(PassThrough, KvSplitCopiesKeyAndValuePartsBitwise) {
     });
     // And backward copies grad_key[:k_dim] and grad_value the same way.
     HostTensor grad_kv(dtype, {4, 2, heads, k_dim + v_dim}), grad_k_pe(dtype, {4, 2, 1, kEmb});
-    reference::kv_split_backward({key.cview(), value.cview(), grad_kv.view(), grad_k_pe.view(), args});
+    reference::kv_split_backward(
+        {key.cview(), value.cview(), grad_kv.view(), grad_k_pe.view(), args});
     EXPECT_TRUE(test::same_bits(grad_kv, kv));
   }
 }
 
 // A strided [S, B, H, D] view: head stride D + 3, batch stride with a gap of 5, guards of 9.
-HostTensor strided_sbhd(DType dtype, std::int64_t s, std::int64_t b, std::int64_t h, std::int64_t d) {
+HostTensor strided_sbhd(DType dtype, std::int64_t s, std::int64_t b, std::int64_t h,
+                        std::int64_t d) {
   const std::int64_t head_stride = d + 3, batch_stride = h * head_stride + 5;
   return HostTensor(dtype, {s, b, h, d}, {b * batch_stride + 2, batch_stride, head_stride, 1}, 9);
 }
@@ -356,14 +369,12 @@ TEST(PassThrough, InPlaceWritesOnlyTheRopeSlices) {
       HostTensor t = strided_sbhd(dtype, 5, 2, 3, kWidth);
       t.fill_bits(0x7FC0A5A5u);  // gaps and guards: a NaN pattern
       test::fill_uniform(t, rng);
-      const RopeArgs args =
-          test::rope_args(kNope, kEmb, test::make_rotation(l, false, table), test::sbhd_positions());
+      const RopeArgs args = test::rope_args(kNope, kEmb, test::make_rotation(l, false, table),
+                                            test::sbhd_positions());
       for (bool backward : {false, true}) {
         HostTensor result = t;
-        if (backward)
-          reference::rope_backward_inplace({result.view(), args});
-        else
-          reference::rope_inplace({result.view(), args});
+        if (backward) reference::rope_backward_inplace({result.view(), args});
+        else reference::rope_inplace({result.view(), args});
         // Expected storage: the input's, with only the rope slices replaced.
         HostTensor expected = t;
         t.for_each_index([&](const std::vector<std::int64_t>& i) {
@@ -390,7 +401,8 @@ TEST(PassThrough, OutOfPlaceWritesNothingOutsideTheOutputView) {
   HostTensor expected = out_before;
   copy_values(out, expected);  // every view element written ...
   EXPECT_TRUE(test::same_storage(out, expected)) << "... and nothing else";
-  out.for_each_index([&](const std::vector<std::int64_t>& i) { ASSERT_NE(out.bits(i), 0xDEADBEEFu); });
+  out.for_each_index(
+      [&](const std::vector<std::int64_t>& i) { ASSERT_NE(out.bits(i), 0xDEADBEEFu); });
 }
 
 TEST(StridedViews, GiveTheSameValuesAsContiguousTensors) {
@@ -408,7 +420,8 @@ TEST(StridedViews, GiveTheSameValuesAsContiguousTensors) {
       const HostTensor expected_backward = test::run_rope_backward(t, args);
 
       // Table as [R, 1, 1, d] with a row stride larger than d.
-      Table strided_table{HostTensor(DType::f32, {12, 1, 1, kEmb}, {kEmb + 4, kEmb + 4, kEmb + 4, 1}, 3),
+      Table strided_table{HostTensor(DType::f32, {12, 1, 1, kEmb},
+                                     {kEmb + 4, kEmb + 4, kEmb + 4, 1}, 3),
                           HostTensor(DType::f32, {12, 1, 1, kEmb}, {kEmb + 1, 1, 1, 1}, 2)};
       for (std::int64_t r = 0; r < 12; ++r)
         for (std::int64_t k = 0; k < kEmb; ++k) {
@@ -484,9 +497,9 @@ TEST(ZeroSize, EmptyTensorsAreValidNoOps) {
     EXPECT_NO_THROW(reference::kv_split_backward({key, value, kv_view, k_pe, kv}));
   }
   // H = 0 (SBHD and THD), B = 0, S = 0.
-  for (std::vector<std::int64_t> shape : {std::vector<std::int64_t>{4, 2, 0, kWidth},
-                                          std::vector<std::int64_t>{4, 0, 3, kWidth},
-                                          std::vector<std::int64_t>{0, 2, 3, kWidth}}) {
+  for (const std::vector<std::int64_t>& shape :
+       {std::vector<std::int64_t>{4, 2, 0, kWidth}, std::vector<std::int64_t>{4, 0, 3, kWidth},
+        std::vector<std::int64_t>{0, 2, 3, kWidth}}) {
     HostTensor t(DType::f16, shape), out(DType::f16, shape);
     const RopeArgs args = test::rope_args(kNope, kEmb, rotation, test::sbhd_positions(), &status);
     EXPECT_NO_THROW(test::run_rope(t, args));
@@ -495,8 +508,8 @@ TEST(ZeroSize, EmptyTensorsAreValidNoOps) {
   }
   const std::vector<std::int32_t> cu{0, 2};
   HostTensor no_heads(DType::f32, {2, 0, kWidth});
-  EXPECT_NO_THROW(
-      test::run_rope(no_heads, test::rope_args(kNope, kEmb, rotation, test::thd_positions(cu), &status)));
+  EXPECT_NO_THROW(test::run_rope(no_heads, test::rope_args(kNope, kEmb, rotation,
+                                                           test::thd_positions(cu), &status)));
   // An empty table is fine when no row uses it.
   HostTensor cos(DType::f32, {0, kEmb}), sin(DType::f32, {0, kEmb});
   YarnTablesCall yarn;
@@ -523,10 +536,8 @@ struct RandomProblem {
       positions = test::thd_positions(cu, FreqMode::per_sequence, 2, 0, 8);
       x = HostTensor(dtype, {7, 3, kWidth});
     }
-    if (signed_magnitude)
-      test::fill_signed(x, rng, lo, hi);
-    else
-      test::fill_uniform(x, rng, lo, hi);
+    if (signed_magnitude) test::fill_signed(x, rng, lo, hi);
+    else test::fill_uniform(x, rng, lo, hi);
   }
 };
 
@@ -586,8 +597,8 @@ TEST(Adjoint, RopeBackwardIsTheAdjointOfRopeForArbitraryTables) {
           const HostTensor by = test::run_rope_backward(py.x, args);
           const long double lhs = test::dot(rx, py.x), rhs = test::dot(px.x, by);
           const long double scale = test::dot_abs(rx, py.x) + test::dot_abs(px.x, by);
-          EXPECT_LE(std::fabs(lhs - rhs), 0x1.0p-22L * scale) << "lhs " << static_cast<double>(lhs)
-                                                               << " rhs " << static_cast<double>(rhs);
+          EXPECT_LE(std::fabs(lhs - rhs), 0x1.0p-22L * scale)
+              << "lhs " << static_cast<double>(lhs) << " rhs " << static_cast<double>(rhs);
           EXPECT_LE(std::fabs(lhs - rhs), 1e-5L * std::fabs(lhs) + 1e-6L);
         }
 }
@@ -597,15 +608,18 @@ TEST(Adjoint, KvSplitBackwardIsTheAdjointOfKvSplit) {
   for (std::uint64_t seed : {1u, 2u, 3u})
     for (const LayoutTriple& l : test::all_triples())
       for (bool inverse : {false, true}) {
-        SCOPED_TRACE(test::describe(l) + " seed " + std::to_string(seed) + (inverse ? " inverse" : ""));
+        SCOPED_TRACE(test::describe(l) + " seed " + std::to_string(seed) +
+                     (inverse ? " inverse" : ""));
         Rng rng(seed * 1000 + 5);
         const Table table = test::random_table(DType::f32, kTableRows, kEmb, rng);
         const std::vector<std::int32_t> cu{0, 4, 12};
-        const KvSplitArgs args = test::kv_args(k_dim, v_dim, kEmb, test::make_rotation(l, inverse, table),
-                                               test::thd_positions(cu, FreqMode::packed, 2, 1));
+        const KvSplitArgs args =
+            test::kv_args(k_dim, v_dim, kEmb, test::make_rotation(l, inverse, table),
+                          test::thd_positions(cu, FreqMode::packed, 2, 1));
         const std::int64_t rows = 7;  // 6 sequence rows and one padding row
         HostTensor kv(DType::f32, {rows, heads, k_dim + v_dim}), k_pe(DType::f32, {rows, 1, kEmb});
-        HostTensor gk(DType::f32, {rows, heads, k_dim + kEmb}), gv(DType::f32, {rows, heads, v_dim});
+        HostTensor gk(DType::f32, {rows, heads, k_dim + kEmb}),
+            gv(DType::f32, {rows, heads, v_dim});
         for (HostTensor* t : {&kv, &k_pe, &gk, &gv}) test::fill_uniform(*t, rng);
         HostTensor key(DType::f32, gk.shape()), value(DType::f32, gv.shape());
         HostTensor g_kv(DType::f32, kv.shape()), g_k_pe(DType::f32, k_pe.shape());
@@ -632,13 +646,15 @@ TEST(InPlace, EqualsOutOfPlaceBitwise) {
           RandomProblem p(layout, dtype, rng);
           const RopeArgs args =
               test::rope_args(kNope, kEmb, test::make_rotation(l, inverse, table), p.positions);
-          EXPECT_TRUE(test::same_bits(test::run_rope_inplace(p.x, args), test::run_rope(p.x, args)));
+          EXPECT_TRUE(
+              test::same_bits(test::run_rope_inplace(p.x, args), test::run_rope(p.x, args)));
           EXPECT_TRUE(test::same_bits(test::run_rope_backward_inplace(p.x, args),
                                       test::run_rope_backward(p.x, args)));
         }
 }
 
-// --- Rounding --------------------------------------------------------------------------------------
+// --- Rounding
+// --------------------------------------------------------------------------------------
 
 // Every element of rope / rope_backward equals the exact formula (long double) rounded once.
 TEST(RoundOnce, HalfPrecisionOutputsAreTheExactFormulaRoundedOnce) {
@@ -655,18 +671,22 @@ TEST(RoundOnce, HalfPrecisionOutputsAreTheExactFormulaRoundedOnce) {
             HostTensor x(dtype, {5, 2, 2, kWidth});
             test::fill_signed(x, rng, 0.25, 4.0);
             const RopeArgs args =
-                test::rope_args(kNope, kEmb, test::make_rotation(l, inverse, table), test::sbhd_positions());
-            const HostTensor y = backward ? test::run_rope_backward(x, args) : test::run_rope(x, args);
+                test::rope_args(kNope, kEmb, test::make_rotation(l, inverse, table),
+                                test::sbhd_positions());
+            const HostTensor y =
+                backward ? test::run_rope_backward(x, args) : test::run_rope(x, args);
             std::int64_t mismatches = 0;
             for (std::int64_t s = 0; s < 5; ++s) {
               const std::vector<double> c = test::last_dim_values(table.cos, {s}, 0, kEmb);
               const std::vector<double> sn = test::last_dim_values(table.sin, {s}, 0, kEmb);
               for (std::int64_t b = 0; b < 2; ++b)
                 for (std::int64_t h = 0; h < 2; ++h) {
-                  const std::vector<long double> exact = test::formula(
-                      test::last_dim_values(x, {s, b, h}, kNope, kEmb), c, sn, l, inverse, backward);
+                  const std::vector<long double> exact =
+                      test::formula(test::last_dim_values(x, {s, b, h}, kNope, kEmb), c, sn, l,
+                                    inverse, backward);
                   for (std::int64_t k = 0; k < kEmb; ++k)
-                    if (y.get({s, b, h, kNope + k}) != test::round_once(dtype, exact[k])) ++mismatches;
+                    if (y.get({s, b, h, kNope + k}) != test::round_once(dtype, exact[k]))
+                      ++mismatches;
                 }
             }
             EXPECT_EQ(mismatches, 0);
@@ -690,7 +710,8 @@ TEST(RoundOnce, SumJustAboveAHalfwayPointRoundsUp) {
       // f16: 1 * (1 + 2^-11) - 2^-24 * (-2^-36) = 1 + 2^-11 + 2^-60 -> 1 + 2^-10.
       {"f16", DType::f16, 1.0, 0x1.0p-24, 1.0 + 0x1.0p-11, -0x1.0p-36, 1.0 + 0x1.0p-10},
       // f32: (1 + 2^-23)(1 - 2^-24) + 2^-47 (1 + 2^-13) = 1 + 2^-24 + 2^-60 -> 1 + 2^-23.
-      {"f32", DType::f32, 1.0 + 0x1.0p-23, -0x1.0p-47, 1.0 - 0x1.0p-24, 1.0 + 0x1.0p-13, 1.0 + 0x1.0p-23},
+      {"f32", DType::f32, 1.0 + 0x1.0p-23, -0x1.0p-47, 1.0 - 0x1.0p-24, 1.0 + 0x1.0p-13,
+       1.0 + 0x1.0p-23},
   };
   for (const TieCase& k : cases) {
     SCOPED_TRACE(k.name);
@@ -701,7 +722,8 @@ TEST(RoundOnce, SumJustAboveAHalfwayPointRoundsUp) {
     ASSERT_EQ(x.get({0, 0, 0, 0}), k.u);
     ASSERT_EQ(x.get({0, 0, 0, 1}), k.v);
     // Exact in long double (64 significant bits), and the tiny term is below half a double ulp.
-    const long double exact = static_cast<long double>(k.u) * k.c - static_cast<long double>(k.v) * k.s;
+    const long double exact =
+        static_cast<long double>(k.u) * k.c - static_cast<long double>(k.v) * k.s;
     ASSERT_GT(exact, static_cast<long double>(std::fma(k.u, k.c, -(k.v * k.s))));
     ASSERT_EQ(test::round_once(k.dtype, exact), k.expected);
     const RopeArgs args =
@@ -712,7 +734,8 @@ TEST(RoundOnce, SumJustAboveAHalfwayPointRoundsUp) {
     HostTensor kv(k.dtype, {1, 1, 1, 0});
     reference::kv_split({kv.cview(), x.cview(), key.view(), value.view(),
                          test::kv_args(0, 0, 2, args.rotation, args.positions)});
-    EXPECT_EQ(key.get({0, 0, 0, 0}), k.expected) << std::hexfloat << "kv_split gave " << key.get({0, 0, 0, 0});
+    EXPECT_EQ(key.get({0, 0, 0, 0}), k.expected)
+        << std::hexfloat << "kv_split gave " << key.get({0, 0, 0, 0});
     // The adjoint of the inverse rotation computes the same sum: g_u = gu c[tu] - gv s[tv].
     RopeArgs inverse = args;
     inverse.rotation.inverse = true;
@@ -732,7 +755,8 @@ TEST(RoundOnce, F32OutputsAreTheExactFormulaRoundedOnce) {
     Rng rng(99);
     const Table table = test::random_table(DType::f32, 5, kEmb, rng);
     HostTensor x(DType::f32, {5, 1, 3, kWidth});
-    test::fill_signed(x, rng, 0.5, 1.0);  // products within a factor 4: the sum is exact in long double
+    test::fill_signed(x, rng, 0.5,
+                      1.0);  // products within a factor 4: the sum is exact in long double
     const RopeArgs args =
         test::rope_args(kNope, kEmb, test::make_rotation(l, false, table), test::sbhd_positions());
     const HostTensor y = test::run_rope(x, args);

@@ -3,11 +3,11 @@
 #include <vector>
 
 #include "elements.h"
+#include "mlarope/validate.h"
 #include "positions.h"
 #include "reference.h"
 #include "rotation.h"
 #include "table.h"
-#include "mlarope/validate.h"
 
 namespace mlarope::reference {
 namespace {
@@ -44,8 +44,7 @@ void run_rows(const RopeJob& job, const RowMap& map, std::int64_t begin, std::in
       for (std::int64_t k = 0; k < d; ++k) x[k] = E::load(slice[k]);
       if (job.direction == Direction::forward)
         rotate(x.data(), y.data(), c.data(), s.data(), a.rotation, d);
-      else
-        rotate_adjoint(x.data(), y.data(), c.data(), s.data(), a.rotation, d);
+      else rotate_adjoint(x.data(), y.data(), c.data(), s.data(), a.rotation, d);
       Storage* out_slice = reinterpret_cast<Storage*>(dst) + a.nope_dim;
       for (std::int64_t k = 0; k < d; ++k) out_slice[k] = E::store(y[k]);
     }
@@ -55,7 +54,8 @@ void run_rows(const RopeJob& job, const RowMap& map, std::int64_t begin, std::in
 void run(const RopeJob& job) {
   const RopeArgs& a = *job.args;
   const ConstTensorView& in = job.in;
-  const RowShape rows = in.rank == 4 ? RowShape{in.shape[0], in.shape[1]} : RowShape{in.shape[0], 1};
+  const RowShape rows =
+      in.rank == 4 ? RowShape{in.shape[0], in.shape[1]} : RowShape{in.shape[0], 1};
   const RowMap map = map_rows(a.positions, rows, table_rows(a.rotation));
   with_dtype(in.dtype, [&](auto dtype) {
     parallel_for(rows.seq * rows.batch, [&](std::int64_t begin, std::int64_t end) {

@@ -39,8 +39,8 @@ inline double sum_rounded_to_odd(double a, double b) {
 /// y = rotate(x) for one slice of d elements; c and s are the table row.
 /// The products of two stored values are exact in double; the sum is rounded to odd, so the
 /// store to the output type is the only rounding.
-inline void rotate(const double* x, double* y, const double* c, const double* s,
-                   const Rotation& r, std::int64_t d) {
+inline void rotate(const double* x, double* y, const double* c, const double* s, const Rotation& r,
+                   std::int64_t d) {
   const double sg = r.inverse ? -1.0 : 1.0;
   for (std::int64_t i = 0; i < d / 2; ++i) {
     const auto [iu, iv] = pair_positions(r.in_layout, i, d);

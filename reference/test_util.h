@@ -18,13 +18,13 @@
 #include <utility>
 #include <vector>
 
-#include "rng.h"
 #include "host_convert.h"
 #include "mlarope/megatron.h"
 #include "mlarope/ops.h"
 #include "mlarope/tensor.h"
 #include "mlarope/types.h"
 #include "reference.h"
+#include "rng.h"
 
 namespace mlarope::test {
 
@@ -310,7 +310,9 @@ inline Table random_unit_table(DType dtype, std::int64_t rows, std::int64_t d, P
   for (double& a : angles) a = rng.uniform(-kPi, kPi);
   return angle_table(
       dtype, rows, d, layout,
-      [&](std::int64_t r, std::int64_t i) { return angles[static_cast<std::size_t>(r * (d / 2) + i)]; },
+      [&](std::int64_t r, std::int64_t i) {
+        return angles[static_cast<std::size_t>(r * (d / 2) + i)];
+      },
       m);
 }
 
@@ -346,7 +348,8 @@ inline std::vector<LayoutTriple> all_triples() {
 }
 
 inline std::string describe(const LayoutTriple& t) {
-  return "in=" + std::string(to_string(t.in_layout)) + " out=" + std::string(to_string(t.out_layout)) +
+  return "in=" + std::string(to_string(t.in_layout)) +
+         " out=" + std::string(to_string(t.out_layout)) +
          " table=" + std::string(to_string(t.table_layout));
 }
 
@@ -472,8 +475,8 @@ inline std::vector<double> last_dim_values(const HostTensor& t, std::vector<std:
   return v;
 }
 
-/// The formula of docs/semantics.md §3 (forward) or §4 (adjoint) for one slice, in long double: exact for
-/// stored f32/f16/bf16 values whose products are not too far apart in magnitude.
+/// The formula of docs/semantics.md §3 (forward) or §4 (adjoint) for one slice, in long double:
+/// exact for stored f32/f16/bf16 values whose products are not too far apart in magnitude.
 inline std::vector<long double> formula(const std::vector<double>& x, const std::vector<double>& c,
                                         const std::vector<double>& s, const LayoutTriple& l,
                                         bool inverse, bool adjoint = false) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// docs/semantics.md §5 through the reference: every host-known rule rejected with a message naming the
-// argument and nothing written; invalid device metadata passes rows through and raises status bits
-// that check_device_metadata reproduces from the same host arrays.
+// docs/semantics.md §5 through the reference: every host-known rule rejected with a message naming
+// the argument and nothing written; invalid device metadata passes rows through and raises status
+// bits that check_device_metadata reproduces from the same host arrays.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -32,6 +32,7 @@ constexpr std::uint32_t kPattern = 0x7FC0A5A5u;
 void expect_rejected(const std::function<void()>& f, const std::string& needle,
                      const std::vector<const HostTensor*>& written) {
   std::vector<HostTensor> before;
+  before.reserve(written.size());
   for (const HostTensor* t : written) before.push_back(*t);
   try {
     f();
@@ -77,14 +78,16 @@ struct RopeSetup {
 };
 
 // Break one rule in the args of every rope-family call, out of place and in place.
-void expect_all_rope_calls_rejected(TokenLayout layout, const std::function<void(RopeArgs&)>& mutate,
+void expect_all_rope_calls_rejected(TokenLayout layout,
+                                    const std::function<void(RopeArgs&)>& mutate,
                                     const std::string& needle) {
   RopeSetup s(layout);
   mutate(s.args);
   expect_rejected([&] { reference::rope(s.rope()); }, needle, s.tensors());
   expect_rejected([&] { reference::rope_inplace(s.inplace()); }, needle, s.tensors());
   expect_rejected([&] { reference::rope_backward(s.backward()); }, needle, s.tensors());
-  expect_rejected([&] { reference::rope_backward_inplace(s.backward_inplace()); }, needle, s.tensors());
+  expect_rejected([&] { reference::rope_backward_inplace(s.backward_inplace()); }, needle,
+                  s.tensors());
 }
 
 TEST(Validate, TheBaseCallsAreValid) {
@@ -106,18 +109,21 @@ TEST(Validate, EmbDimMustBeEvenAndAtLeastTwo) {
           [&](RopeArgs& a) {
             a.emb_dim = emb_dim;
             a.nope_dim = kWidth - emb_dim;  // keep the last dim consistent
-            if (emb_dim > 0) a.rotation.cos.shape[1] = a.rotation.sin.shape[1] = emb_dim;  // and the tables
+            if (emb_dim > 0)
+              a.rotation.cos.shape[1] = a.rotation.sin.shape[1] = emb_dim;  // and the tables
           },
           "emb_dim = " + std::to_string(emb_dim) + ": expected an even number");
     }
 }
 
 TEST(Validate, NopeDimMustNotBeNegative) {
-  expect_all_rope_calls_rejected(TokenLayout::sbhd, [](RopeArgs& a) { a.nope_dim = -1; }, "nope_dim");
+  expect_all_rope_calls_rejected(
+      TokenLayout::sbhd, [](RopeArgs& a) { a.nope_dim = -1; }, "nope_dim");
 }
 
 TEST(Validate, LastDimMustBeNopePlusEmb) {
-  expect_all_rope_calls_rejected(TokenLayout::thd, [](RopeArgs& a) { a.nope_dim = 1; }, "last dim");
+  expect_all_rope_calls_rejected(
+      TokenLayout::thd, [](RopeArgs& a) { a.nope_dim = 1; }, "last dim");
   RopeSetup s(TokenLayout::sbhd);
   RopeCall c = s.rope();
   c.t.shape[3] = kWidth - 1;
@@ -179,13 +185,14 @@ TEST(Validate, OutputsMustNotOverlapInputs) {
   c.out.data = const_cast<void*>(c.t.data);  // the same memory
   expect_rejected([&] { reference::rope(c); }, "out: memory overlaps t", s.tensors());
   c = s.rope();
-  c.out.data = static_cast<char*>(const_cast<void*>(c.t.data)) + 4 * 5;  // partly
+  c.out.data = static_cast<char*>(const_cast<void*>(c.t.data)) + std::ptrdiff_t{4} * 5;  // partly
   expect_rejected([&] { reference::rope(c); }, "out: memory overlaps t", s.tensors());
   RopeBackwardCall b = s.backward();
   b.grad_t.data = const_cast<void*>(b.grad_out.data);
-  expect_rejected([&] { reference::rope_backward(b); }, "grad_t: memory overlaps grad_out", s.tensors());
+  expect_rejected([&] { reference::rope_backward(b); }, "grad_t: memory overlaps grad_out",
+                  s.tensors());
   c = s.rope();
-  c.args.rotation.cos = c.out;  // an output over a table (shape [S, B, H, D] is no table, but
+  c.args.rotation.cos = c.out;   // an output over a table (shape [S, B, H, D] is no table, but
   c.args.rotation.cos.rank = 2;  // as [8, 4] rows it is valid and overlaps out)
   c.args.rotation.cos.shape = {kTableRows, kEmb, 0, 0};
   c.args.rotation.cos.strides = {kEmb, 1, 0, 0};
@@ -202,13 +209,17 @@ TEST(Validate, OutputsMustNotOverlapInputs) {
 
 TEST(Validate, ContextParallelSizeAndRank) {
   for (TokenLayout layout : {TokenLayout::sbhd, TokenLayout::thd}) {
-    expect_all_rope_calls_rejected(layout, [](RopeArgs& a) { a.positions.cp_size = 0; }, "cp_size");
     expect_all_rope_calls_rejected(
-        layout, [](RopeArgs& a) {
+        layout, [](RopeArgs& a) { a.positions.cp_size = 0; }, "cp_size");
+    expect_all_rope_calls_rejected(
+        layout,
+        [](RopeArgs& a) {
           a.positions.cp_size = 2;
           a.positions.cp_rank = 2;
-        }, "cp_rank");
-    expect_all_rope_calls_rejected(layout, [](RopeArgs& a) { a.positions.cp_rank = -1; }, "cp_rank");
+        },
+        "cp_rank");
+    expect_all_rope_calls_rejected(
+        layout, [](RopeArgs& a) { a.positions.cp_rank = -1; }, "cp_rank");
   }
 }
 
@@ -258,10 +269,10 @@ TEST(Validate, TableMustCoverEverySbhdRow) {
 }
 
 TEST(Validate, PerSequenceTableMustCoverMaxSeqlen) {
-  expect_all_rope_calls_rejected(TokenLayout::thd, [](RopeArgs& a) { a.positions.max_seqlen = kTableRows + 1; },
-                                 "cos/sin");
-  expect_all_rope_calls_rejected(TokenLayout::thd, [](RopeArgs& a) { a.positions.max_seqlen = -1; },
-                                 "max_seqlen");
+  expect_all_rope_calls_rejected(
+      TokenLayout::thd, [](RopeArgs& a) { a.positions.max_seqlen = kTableRows + 1; }, "cos/sin");
+  expect_all_rope_calls_rejected(
+      TokenLayout::thd, [](RopeArgs& a) { a.positions.max_seqlen = -1; }, "max_seqlen");
   RopeSetup s(TokenLayout::thd);
   s.args.positions.max_seqlen = kTableRows;
   EXPECT_NO_THROW(validate(s.rope()));
@@ -279,25 +290,26 @@ TEST(Validate, NullDataWithElementsIsRejected) {
   c = s.rope();
   c.out.data = nullptr;
   expect_rejected([&] { reference::rope(c); }, "out: null data", s.tensors());
-  expect_all_rope_calls_rejected(TokenLayout::thd, [](RopeArgs& a) { a.rotation.cos.data = nullptr; },
-                                 "cos: null data");
-  expect_all_rope_calls_rejected(TokenLayout::thd, [](RopeArgs& a) { a.rotation.sin.data = nullptr; },
-                                 "sin: null data");
+  expect_all_rope_calls_rejected(
+      TokenLayout::thd, [](RopeArgs& a) { a.rotation.cos.data = nullptr; }, "cos: null data");
+  expect_all_rope_calls_rejected(
+      TokenLayout::thd, [](RopeArgs& a) { a.rotation.sin.data = nullptr; }, "sin: null data");
 }
 
 TEST(Validate, ThdMetadataArrays) {
   // cu_seqlens is required.
-  expect_all_rope_calls_rejected(TokenLayout::thd, [](RopeArgs& a) { a.positions.cu_seqlens = {}; },
-                                 "cu_seqlens");
+  expect_all_rope_calls_rejected(
+      TokenLayout::thd, [](RopeArgs& a) { a.positions.cu_seqlens = {}; }, "cu_seqlens");
   // ... as int32.
   const std::vector<std::int64_t> cu64{0, 2, 6};
   expect_all_rope_calls_rejected(
-      TokenLayout::thd, [&](RopeArgs& a) { a.positions.cu_seqlens = test::index_view(cu64); }, "cu_seqlens");
+      TokenLayout::thd, [&](RopeArgs& a) { a.positions.cu_seqlens = test::index_view(cu64); },
+      "cu_seqlens");
   // position_ids of length T only.
   const std::vector<std::int32_t> ids_short{0, 1, 2, 3, 4};
   expect_all_rope_calls_rejected(
-      TokenLayout::thd, [&](RopeArgs& a) { a.positions.position_ids = test::index_view(ids_short); },
-      "position_ids");
+      TokenLayout::thd,
+      [&](RopeArgs& a) { a.positions.position_ids = test::index_view(ids_short); }, "position_ids");
   // seq_offsets: one per sequence, int32.
   const std::vector<std::int32_t> offsets3{0, 0, 0};
   expect_all_rope_calls_rejected(
@@ -319,11 +331,13 @@ TEST(Validate, ThdOnlyArgumentsAreRejectedForSbhd) {
   expect_all_rope_calls_rejected(
       TokenLayout::sbhd, [&](RopeArgs& a) { a.positions.position_ids = test::index_view(ids); },
       "position_ids");
-  expect_all_rope_calls_rejected(TokenLayout::sbhd, [](RopeArgs& a) { a.positions.freq_mode = FreqMode::packed; },
-                                 "freq_mode");
+  expect_all_rope_calls_rejected(
+      TokenLayout::sbhd, [](RopeArgs& a) { a.positions.freq_mode = FreqMode::packed; },
+      "freq_mode");
   const std::vector<std::int32_t> cu{0, 4};
   expect_all_rope_calls_rejected(
-      TokenLayout::sbhd, [&](RopeArgs& a) { a.positions.cu_seqlens = test::index_view(cu); }, "cu_seqlens");
+      TokenLayout::sbhd, [&](RopeArgs& a) { a.positions.cu_seqlens = test::index_view(cu); },
+      "cu_seqlens");
   // SBHD seq_offsets: one per batch entry.
   const std::vector<std::int32_t> offsets{0, 0, 0};
   expect_all_rope_calls_rejected(
@@ -331,14 +345,15 @@ TEST(Validate, ThdOnlyArgumentsAreRejectedForSbhd) {
       "seq_offsets");
 }
 
-// --- kv_split --------------------------------------------------------------------------------------
+// --- kv_split
+// --------------------------------------------------------------------------------------
 
 constexpr std::int64_t kKDim = 3, kVDim = 5;
 
 struct KvSetup {
   std::vector<std::int32_t> cu{0, 2, 6};
   Table table;
-  HostTensor kv, k_pe, key, value;  // forward
+  HostTensor kv, k_pe, key, value;                      // forward
   HostTensor grad_key, grad_value, grad_kv, grad_k_pe;  // backward
   KvSplitArgs args;
 
@@ -359,8 +374,9 @@ struct KvSetup {
     grad_k_pe = HostTensor(DType::bf16, shape(1, kEmb));
     for (HostTensor* t : {&kv, &k_pe, &grad_key, &grad_value}) test::fill_uniform(*t, rng);
     for (HostTensor* t : {&key, &value, &grad_kv, &grad_k_pe}) t->fill_bits(kPattern);
-    const Positions p = layout == TokenLayout::sbhd ? test::sbhd_positions()
-                                                    : test::thd_positions(cu, FreqMode::per_sequence, 1, 0, 4);
+    const Positions p = layout == TokenLayout::sbhd
+                            ? test::sbhd_positions()
+                            : test::thd_positions(cu, FreqMode::per_sequence, 1, 0, 4);
     args = test::kv_args(kKDim, kVDim, kEmb, test::make_rotation({}, false, table), p);
   }
   KvSplitCall forward() { return {kv.cview(), k_pe.cview(), key.view(), value.view(), args}; }
@@ -368,7 +384,8 @@ struct KvSetup {
     return {grad_key.cview(), grad_value.cview(), grad_kv.view(), grad_k_pe.view(), args};
   }
   std::vector<const HostTensor*> tensors() const {
-    return {&kv, &k_pe, &key, &value, &grad_key, &grad_value, &grad_kv, &grad_k_pe, &table.cos, &table.sin};
+    return {&kv,         &k_pe,    &key,       &value,     &grad_key,
+            &grad_value, &grad_kv, &grad_k_pe, &table.cos, &table.sin};
   }
 };
 
@@ -389,8 +406,10 @@ TEST(ValidateKvSplit, TheBaseCallsAreValid) {
 }
 
 TEST(ValidateKvSplit, DimsMustBeValid) {
-  expect_kv_calls_rejected(TokenLayout::sbhd, [](KvSplitArgs& a) { a.k_dim = -1; }, "k_dim");
-  expect_kv_calls_rejected(TokenLayout::thd, [](KvSplitArgs& a) { a.v_dim = -1; }, "v_dim");
+  expect_kv_calls_rejected(
+      TokenLayout::sbhd, [](KvSplitArgs& a) { a.k_dim = -1; }, "k_dim");
+  expect_kv_calls_rejected(
+      TokenLayout::thd, [](KvSplitArgs& a) { a.v_dim = -1; }, "v_dim");
   expect_kv_calls_rejected(
       TokenLayout::thd,
       [](KvSplitArgs& a) {
@@ -398,17 +417,25 @@ TEST(ValidateKvSplit, DimsMustBeValid) {
         a.rotation.cos.shape[1] = a.rotation.sin.shape[1] = 3;
       },
       "emb_dim = 3: expected an even number");
-  expect_kv_calls_rejected(TokenLayout::sbhd, [](KvSplitArgs& a) { a.emb_dim = 0; }, "emb_dim = 0: expected");
-  expect_kv_calls_rejected(TokenLayout::sbhd, [](KvSplitArgs& a) { a.k_dim = kKDim + 1; }, "last dim");
-  expect_kv_calls_rejected(TokenLayout::thd, [](KvSplitArgs& a) { a.v_dim = kVDim - 1; }, "last dim");
-  expect_kv_calls_rejected(TokenLayout::thd, [](KvSplitArgs& a) { a.positions.cp_size = 0; }, "cp_size");
-  expect_kv_calls_rejected(TokenLayout::sbhd, [](KvSplitArgs& a) { a.positions.cp_rank = 1; }, "cp_rank");
-  expect_kv_calls_rejected(TokenLayout::thd, [](KvSplitArgs& a) { a.positions.cu_seqlens = {}; }, "cu_seqlens");
-  expect_kv_calls_rejected(TokenLayout::sbhd, [](KvSplitArgs& a) { a.positions.freq_mode = FreqMode::packed; },
-                           "freq_mode");
+  expect_kv_calls_rejected(
+      TokenLayout::sbhd, [](KvSplitArgs& a) { a.emb_dim = 0; }, "emb_dim = 0: expected");
+  expect_kv_calls_rejected(
+      TokenLayout::sbhd, [](KvSplitArgs& a) { a.k_dim = kKDim + 1; }, "last dim");
+  expect_kv_calls_rejected(
+      TokenLayout::thd, [](KvSplitArgs& a) { a.v_dim = kVDim - 1; }, "last dim");
+  expect_kv_calls_rejected(
+      TokenLayout::thd, [](KvSplitArgs& a) { a.positions.cp_size = 0; }, "cp_size");
+  expect_kv_calls_rejected(
+      TokenLayout::sbhd, [](KvSplitArgs& a) { a.positions.cp_rank = 1; }, "cp_rank");
+  expect_kv_calls_rejected(
+      TokenLayout::thd, [](KvSplitArgs& a) { a.positions.cu_seqlens = {}; }, "cu_seqlens");
+  expect_kv_calls_rejected(
+      TokenLayout::sbhd, [](KvSplitArgs& a) { a.positions.freq_mode = FreqMode::packed; },
+      "freq_mode");
   expect_kv_calls_rejected(
       TokenLayout::sbhd,
-      [](KvSplitArgs& a) { a.rotation.cos.shape[0] = a.rotation.sin.shape[0] = kS - 1; }, "cos/sin");
+      [](KvSplitArgs& a) { a.rotation.cos.shape[0] = a.rotation.sin.shape[0] = kS - 1; },
+      "cos/sin");
 }
 
 // Every size argument at 2^31, 2^62 and 2^63 - 1 (and a stride at -2^63): the error names it
@@ -428,7 +455,8 @@ TEST(ValidateSizes, EverySizeArgumentIsNamedAtTheLimits) {
   const auto rejects = [&](const auto& call, const std::vector<std::string>& needles) {
     const std::string message = message_of(call);
     EXPECT_FALSE(message.empty()) << "accepted";
-    for (const std::string& needle : needles) EXPECT_NE(message.find(needle), std::string::npos) << message;
+    for (const std::string& needle : needles)
+      EXPECT_NE(message.find(needle), std::string::npos) << message;
   };
   const auto no_size_error = [&](const auto& call) {
     const std::string message = message_of(call);
@@ -565,7 +593,8 @@ TEST(ValidateKvSplit, PositionIdsMustHaveOneEntryPerRow) {
       "position_ids");
 }
 
-// --- yarn_tables -----------------------------------------------------------------------------------
+// --- yarn_tables
+// -----------------------------------------------------------------------------------
 
 struct YarnSetup {
   HostTensor cos{DType::f32, {kTableRows, kEmb}}, sin{DType::f32, {kTableRows, kEmb}};
@@ -581,7 +610,8 @@ struct YarnSetup {
   }
 };
 
-void expect_yarn_rejected(const std::function<void(YarnTablesCall&)>& mutate, const std::string& needle) {
+void expect_yarn_rejected(const std::function<void(YarnTablesCall&)>& mutate,
+                          const std::string& needle) {
   YarnSetup s;
   YarnTablesCall c = s.call();
   mutate(c);
@@ -594,7 +624,8 @@ TEST(ValidateYarn, RejectsBadTablesAndParameters) {
   expect_yarn_rejected([](YarnTablesCall& c) { c.cos.shape[1] = c.sin.shape[1] = 3; }, "emb_dim");
   expect_yarn_rejected([](YarnTablesCall& c) { c.sin.shape[0] = kTableRows - 1; }, "sin: shape");
   expect_yarn_rejected([](YarnTablesCall& c) { c.sin.dtype = DType::bf16; }, "sin: dtype");
-  expect_yarn_rejected([](YarnTablesCall& c) { c.sin.data = c.cos.data; }, "sin: memory overlaps cos");
+  expect_yarn_rejected([](YarnTablesCall& c) { c.sin.data = c.cos.data; },
+                       "sin: memory overlaps cos");
   expect_yarn_rejected([](YarnTablesCall& c) { c.cos.data = nullptr; }, "cos: null data");
   expect_yarn_rejected([](YarnTablesCall& c) { c.cos.strides[1] = 2; }, "cos: last-dim stride");
   expect_yarn_rejected([](YarnTablesCall& c) { c.cos.strides[0] = 0; }, "cos: strides");
@@ -603,12 +634,14 @@ TEST(ValidateYarn, RejectsBadTablesAndParameters) {
   expect_yarn_rejected([](YarnTablesCall& c) { c.params.scaling_factor = -1; }, "scaling_factor");
   expect_yarn_rejected([](YarnTablesCall& c) { c.params.original_max_position_embeddings = 0; },
                        "original_max_position_embeddings");
-  expect_yarn_rejected([](YarnTablesCall& c) { c.params.beta_fast = __builtin_nan(""); }, "beta_fast");
+  expect_yarn_rejected([](YarnTablesCall& c) { c.params.beta_fast = __builtin_nan(""); },
+                       "beta_fast");
   expect_yarn_rejected([](YarnTablesCall& c) { c.params.beta_slow = 0; }, "beta_slow");
   expect_yarn_rejected([](YarnTablesCall& c) { c.params.mscale = __builtin_inf(); }, "mscale");
 }
 
-// --- Device metadata -------------------------------------------------------------------------------
+// --- Device metadata
+// -------------------------------------------------------------------------------
 
 // A THD rope call over `cu` (T rows, H = 2) whose metadata the device would flag.
 struct MetadataCase {
@@ -641,7 +674,8 @@ DeviceStatus run_and_check_pass_through(MetadataCase& m, const std::vector<bool>
   for (std::int64_t r = 0; r < m.rows; ++r)
     for (std::int64_t h = 0; h < 2; ++h) {
       bool same = true;
-      for (std::int64_t k = 0; k < kWidth; ++k) same = same && out.bits({r, h, k}) == m.t.bits({r, h, k});
+      for (std::int64_t k = 0; k < kWidth; ++k)
+        same = same && out.bits({r, h, k}) == m.t.bits({r, h, k});
       EXPECT_EQ(same, passed[r]) << "row " << r << " head " << h
                                  << (passed[r] ? " was rotated" : " passed through");
     }
@@ -694,7 +728,8 @@ TEST(DeviceMetadata, PositionIdsOutsideTheTablePassTheirRowsThrough) {
     SCOPED_TRACE(wide ? "i64" : "i32");
     MetadataCase m({0, 3, 6}, 6);
     const std::vector<std::int32_t> ids32{0, kTableRows, -1, 2, kTableRows - 1, 100};
-    const std::vector<std::int64_t> ids64{0, kTableRows, -1, 2, kTableRows - 1, std::int64_t{1} << 40};
+    const std::vector<std::int64_t> ids64{0, kTableRows,     -1,
+                                          2, kTableRows - 1, std::int64_t{1} << 40};
     m.positions.position_ids = wide ? test::index_view(ids64) : test::index_view(ids32);
     const DeviceStatus status =
         run_and_check_pass_through(m, {false, true, true, false, false, true});
@@ -707,7 +742,8 @@ TEST(DeviceMetadata, NegativeSeqOffsetsPassTheirRowsThrough) {
   MetadataCase m({0, 3, 6}, 6);
   const std::vector<std::int32_t> offsets{0, -2};  // sequence 1: rows -2, -1, 0
   m.positions.seq_offsets = test::index_view(offsets);
-  const DeviceStatus status = run_and_check_pass_through(m, {false, false, false, true, true, false});
+  const DeviceStatus status =
+      run_and_check_pass_through(m, {false, false, false, true, true, false});
   EXPECT_EQ(status, kStatusRowOutsideTable);
   expect_same_bits_from_validator(m, status);
 
@@ -720,15 +756,16 @@ TEST(DeviceMetadata, NegativeSeqOffsetsPassTheirRowsThrough) {
   Positions p = test::sbhd_positions();
   p.seq_offsets = test::index_view(sbhd_offsets);
   DeviceStatus sbhd_status = kStatusOk;
-  const HostTensor out =
-      test::run_rope(t, test::rope_args(kNope, kEmb, test::make_rotation({}, false, table), p, &sbhd_status));
+  const HostTensor out = test::run_rope(
+      t, test::rope_args(kNope, kEmb, test::make_rotation({}, false, table), p, &sbhd_status));
   EXPECT_EQ(sbhd_status, kStatusRowOutsideTable);
   EXPECT_EQ(check_device_metadata(p, {3, 2}, 4), kStatusRowOutsideTable);
   for (std::int64_t s = 0; s < 3; ++s)
     for (std::int64_t b = 0; b < 2; ++b) {
       const bool pass = (b == 0 && s == 0) || (b == 1 && s == 2);
       bool same = true;
-      for (std::int64_t k = 0; k < kWidth; ++k) same = same && out.bits({s, b, 0, k}) == t.bits({s, b, 0, k});
+      for (std::int64_t k = 0; k < kWidth; ++k)
+        same = same && out.bits({s, b, 0, k}) == t.bits({s, b, 0, k});
       EXPECT_EQ(same, pass) << "s " << s << " b " << b;
     }
 }
@@ -766,11 +803,14 @@ TEST(DeviceMetadata, KvSplitPassesBadRowsThroughUnrotated) {
   Positions p = test::thd_positions(cu);
   p.position_ids = test::index_view(ids);
   DeviceStatus status = kStatusOk, backward_status = kStatusOk;
-  const KvSplitArgs args = test::kv_args(kKDim, kVDim, kEmb, test::make_rotation({}, false, table), p, &status);
+  const KvSplitArgs args =
+      test::kv_args(kKDim, kVDim, kEmb, test::make_rotation({}, false, table), p, &status);
   HostTensor kv(DType::bf16, {kT, kH, kKDim + kVDim}), k_pe(DType::bf16, {kT, 1, kEmb});
   test::fill_uniform(kv, rng);
   // Small integers: the head sum is exact in every dtype.
-  k_pe.for_each_index([&](const std::vector<std::int64_t>& i) { k_pe.set(i, static_cast<double>(i[0] * 7 + i[2] - 5)); });
+  k_pe.for_each_index([&](const std::vector<std::int64_t>& i) {
+    k_pe.set(i, static_cast<double>(i[0] * 7 + i[2] - 5));
+  });
   HostTensor key(DType::bf16, {kT, kH, kKDim + kEmb}), value(DType::bf16, {kT, kH, kVDim});
   reference::kv_split({kv.cview(), k_pe.cview(), key.view(), value.view(), args});
   EXPECT_EQ(status, kStatusRowOutsideTable);
@@ -798,7 +838,8 @@ TEST(DeviceMetadata, KvSplitPassesBadRowsThroughUnrotated) {
     }
   }
   // A valid row is rotated.
-  EXPECT_NE(test::last_dim_values(key, {2, 0}, kKDim, kEmb), test::last_dim_values(k_pe, {2, 0}, 0, kEmb));
+  EXPECT_NE(test::last_dim_values(key, {2, 0}, kKDim, kEmb),
+            test::last_dim_values(k_pe, {2, 0}, 0, kEmb));
 }
 
 }  // namespace

@@ -28,8 +28,10 @@ double yarn_mscale(double scale, double mscale) {
 std::vector<double> yarn_inverse_frequencies(const YarnParams& p, std::int64_t emb_dim) {
   const double dim = static_cast<double>(emb_dim);
   // Correction range: floor/ceil of the correction dims, clamped to [0, dim - 1].
-  double low = std::floor(correction_dim(p.beta_fast, dim, p.rotary_base, p.original_max_position_embeddings));
-  double high = std::ceil(correction_dim(p.beta_slow, dim, p.rotary_base, p.original_max_position_embeddings));
+  double low = std::floor(
+      correction_dim(p.beta_fast, dim, p.rotary_base, p.original_max_position_embeddings));
+  double high = std::ceil(
+      correction_dim(p.beta_slow, dim, p.rotary_base, p.original_max_position_embeddings));
   low = std::max(low, 0.0);
   high = std::min(high, dim - 1);
   if (low == high) high += 0.001;  // Megatron: prevent a division by zero
@@ -60,8 +62,10 @@ void yarn_tables(const YarnTablesCall& call) {
     for (std::int64_t k = 0; k < d; ++k) {
       const std::int64_t j = call.table_layout == PairLayout::half ? k % (d / 2) : k / 2;
       const double angle = position * inverse_frequencies[j];
-      store_rounded(call.cos.data, call.cos.dtype, r * call.cos.strides[0] + k, std::cos(angle) * m);
-      store_rounded(call.sin.data, call.sin.dtype, r * call.sin.strides[0] + k, std::sin(angle) * m);
+      store_rounded(call.cos.data, call.cos.dtype, r * call.cos.strides[0] + k,
+                    std::cos(angle) * m);
+      store_rounded(call.sin.data, call.sin.dtype, r * call.sin.strides[0] + k,
+                    std::sin(angle) * m);
     }
   }
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// yarn_tables (docs/semantics.md §4): plain RoPE at scaling factor 1, Megatron's YaRN formulas recomputed
-// here for a DeepSeek-V3 setting, the concentration factor, the override, the offset, the layouts
-// and the table dtypes rounded once.
+// yarn_tables (docs/semantics.md §4): plain RoPE at scaling factor 1, Megatron's YaRN formulas
+// recomputed here for a DeepSeek-V3 setting, the concentration factor, the override, the offset,
+// the layouts and the table dtypes rounded once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,10 +28,12 @@ struct CorrectionRange {
 };
 
 CorrectionRange correction_range(const YarnParams& p, double d) {
-  const double low =
-      std::max(std::floor(correction_dim(p.beta_fast, d, p.rotary_base, p.original_max_position_embeddings)), 0.0);
-  const double high = std::min(
-      std::ceil(correction_dim(p.beta_slow, d, p.rotary_base, p.original_max_position_embeddings)), d - 1);
+  const double low = std::max(std::floor(correction_dim(p.beta_fast, d, p.rotary_base,
+                                                        p.original_max_position_embeddings)),
+                              0.0);
+  const double high = std::min(std::ceil(correction_dim(p.beta_slow, d, p.rotary_base,
+                                                        p.original_max_position_embeddings)),
+                               d - 1);
   return {low, high};
 }
 
@@ -89,10 +91,12 @@ std::int64_t angle_of_entry(PairLayout layout, std::int64_t k, std::int64_t d) {
 
 // Within one ulp of the exact value `m * f(angle)`, allowing for the double rounding of an angle
 // `position * inverse frequency` (a few ulps of the angle, which matters at long positions).
-::testing::AssertionResult near_exact(DType dtype, double got, double exact, double angle, double m) {
+::testing::AssertionResult near_exact(DType dtype, double got, double exact, double angle,
+                                      double m) {
   const double tolerance = test::ulp_of(dtype, exact) + 8e-16 * std::fabs(angle * m);
   if (std::fabs(got - exact) <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << got << " vs exact " << exact << " (tolerance " << tolerance << ")";
+  return ::testing::AssertionFailure()
+         << got << " vs exact " << exact << " (tolerance " << tolerance << ")";
 }
 
 // Each entry is near the exact value (m cos / m sin of the expected angle), and is bitwise the
@@ -112,8 +116,10 @@ void expect_tables_match(const Tables& t, const YarnParams& p, DType dtype, std:
       EXPECT_TRUE(near_exact(dtype, t.sin.get({r, k}), m * std::sin(angle), angle, m))
           << "sin row " << r << " entry " << k;
       const double ref_angle = position * ref_inv[j];
-      EXPECT_EQ(t.cos.get({r, k}), round_to(dtype, std::cos(ref_angle) * m)) << "row " << r << " entry " << k;
-      EXPECT_EQ(t.sin.get({r, k}), round_to(dtype, std::sin(ref_angle) * m)) << "row " << r << " entry " << k;
+      EXPECT_EQ(t.cos.get({r, k}), round_to(dtype, std::cos(ref_angle) * m))
+          << "row " << r << " entry " << k;
+      EXPECT_EQ(t.sin.get({r, k}), round_to(dtype, std::sin(ref_angle) * m))
+          << "row " << r << " entry " << k;
     }
 }
 
@@ -198,8 +204,8 @@ TEST(YarnTables, ConcentrationFactorIsTheRatioOfMscales) {
   EXPECT_EQ(reference::yarn_concentration(p), 1.0);
   p.mscale = 1.0;
   p.mscale_all_dim = 0.5;
-  EXPECT_NEAR(reference::yarn_concentration(p), (0.1 * std::log(40.0) + 1) / (0.05 * std::log(40.0) + 1),
-              1e-15);
+  EXPECT_NEAR(reference::yarn_concentration(p),
+              (0.1 * std::log(40.0) + 1) / (0.05 * std::log(40.0) + 1), 1e-15);
   p.scaling_factor = 1.0;  // no scaling: no concentration
   EXPECT_EQ(reference::yarn_concentration(p), 1.0);
 
@@ -258,7 +264,8 @@ TEST(YarnTables, HalfPrecisionTablesAreRoundedOnce) {
 TEST(YarnTables, StridedTableViewsAreWrittenInPlaceOnly) {
   const YarnParams p = deepseek_v3();
   const Tables contiguous = yarn(p, DType::bf16, 5, 8, PairLayout::half);
-  HostTensor cos(DType::bf16, {5, 1, 1, 8}, {11, 8, 8, 1}, 3), sin(DType::bf16, {5, 1, 1, 8}, {8, 8, 8, 1}, 2);
+  HostTensor cos(DType::bf16, {5, 1, 1, 8}, {11, 8, 8, 1}, 3),
+      sin(DType::bf16, {5, 1, 1, 8}, {8, 8, 8, 1}, 2);
   cos.fill_bits(0xABCD);
   sin.fill_bits(0x1234);
   HostTensor expected_cos = cos, expected_sin = sin;

@@ -35,7 +35,8 @@ inline constexpr double kCopyBandwidthTolerance = 0.25;
 /// "" when `recorded` and `now` are the same machine, else what differs. With
 /// `unknown_differs`, a field either side does not know differs too (a baseline must show it
 /// belongs here before it may fail a run); without, only fields both know are compared.
-std::string machine_difference(const Machine& recorded, const Machine& now, bool unknown_differs = true);
+std::string machine_difference(const Machine& recorded, const Machine& now,
+                               bool unknown_differs = true);
 
 /// This run (`results`, measured on `now`) against the baseline document `baseline` read from
 /// `path`, key by key over the baseline's keys (keys only this run has are not gated). Throws

@@ -18,15 +18,18 @@ std::string backend_of(const std::string& key) {
   const std::size_t first = key.find('/');
   if (first == std::string::npos) return "";
   const std::size_t second = key.find('/', first + 1);
-  return key.substr(first + 1, second == std::string::npos ? std::string::npos : second - first - 1);
+  return key.substr(first + 1,
+                    second == std::string::npos ? std::string::npos : second - first - 1);
 }
 
 // Why `samples` cannot enter the test, or "" when they can.
 std::string unusable(const std::vector<double>& samples, const char* side, int min_samples) {
   for (const double x : samples)
-    if (!std::isfinite(x) || x <= 0) return std::string("a ") + side + " sample is not a positive number";
+    if (!std::isfinite(x) || x <= 0)
+      return std::string("a ") + side + " sample is not a positive number";
   if (static_cast<int>(samples.size()) < min_samples)
-    return std::to_string(samples.size()) + " " + side + " repetitions, fewer than " + std::to_string(min_samples);
+    return std::to_string(samples.size()) + " " + side + " repetitions, fewer than " +
+           std::to_string(min_samples);
   return "";
 }
 
@@ -52,9 +55,11 @@ const char* to_string(Verdict verdict) {
 
 double min_effect_of(const std::string& key, const CompareOptions& o) {
   std::size_t longest = 0;
-  double effect = backend_of(key).find("cuda") != std::string::npos ? o.gpu_min_effect : o.host_min_effect;
+  double effect =
+      backend_of(key).find("cuda") != std::string::npos ? o.gpu_min_effect : o.host_min_effect;
   for (const auto& [prefix, value] : o.key_min_effect)
-    if (key.compare(0, prefix.size(), prefix) == 0 && prefix.size() >= longest) longest = prefix.size(), effect = value;
+    if (key.compare(0, prefix.size(), prefix) == 0 && prefix.size() >= longest)
+      longest = prefix.size(), effect = value;
   return effect;
 }
 
@@ -108,7 +113,8 @@ Comparison compare(const Samples& base, const Samples& change, const CompareOpti
       k.reason = k.base.empty() ? "measured in the change only" : "not measured in the change";
     } else if (const std::string why = unusable(k.base, "base", o.min_samples); !why.empty()) {
       k.reason = why;
-    } else if (const std::string why2 = unusable(k.change, "change", o.min_samples); !why2.empty()) {
+    } else if (const std::string why2 = unusable(k.change, "change", o.min_samples);
+               !why2.empty()) {
       k.reason = why2;
     } else {
       tested.push_back(c.keys.size());
@@ -120,7 +126,8 @@ Comparison compare(const Samples& base, const Samples& change, const CompareOpti
   for (const std::size_t i : tested) {
     KeyComparison& k = c.keys[i];
     k.tested = true;
-    const MannWhitney mw = mann_whitney(k.change, k.base);  // less: the change's fractions lie below
+    const MannWhitney mw =
+        mann_whitney(k.change, k.base);  // less: the change's fractions lie below
     p_less.push_back(mw.p_less);
     p_greater.push_back(mw.p_greater);
     k.change_estimate = relative_change(k.base, k.change, o.level);
@@ -132,11 +139,13 @@ Comparison compare(const Samples& base, const Samples& change, const CompareOpti
     k.p_faster = faster[j];
     // The best p these sample sizes allow, after Holm's factor for the family: if even that is
     // not below alpha, no data of this size could say SLOWER, and SAME would be a guess.
-    const double best = smallest_p(static_cast<int>(k.change.size()), static_cast<int>(k.base.size())) * c.tested;
+    const double best =
+        smallest_p(static_cast<int>(k.change.size()), static_cast<int>(k.base.size())) * c.tested;
     if (best >= o.alpha) {
       k.verdict = Verdict::unknown;
-      k.reason = "too few repetitions: " + std::to_string(k.base.size()) + " and " + std::to_string(k.change.size()) +
-                 " cannot give p < " + p_text(o.alpha) + " over " + std::to_string(c.tested) + " keys";
+      k.reason = "too few repetitions: " + std::to_string(k.base.size()) + " and " +
+                 std::to_string(k.change.size()) + " cannot give p < " + p_text(o.alpha) +
+                 " over " + std::to_string(c.tested) + " keys";
     } else if (k.p_slower < o.alpha && k.change_estimate.estimate < -k.min_effect) {
       k.verdict = Verdict::slower;
     } else if (k.p_faster < o.alpha && k.change_estimate.estimate > k.min_effect) {
@@ -154,7 +163,8 @@ Comparison confirm(const Comparison& first, const Comparison& repeat) {
     if (k.verdict != Verdict::slower) continue;
     const auto it = std::find_if(repeat.keys.begin(), repeat.keys.end(),
                                  [&](const KeyComparison& r) { return r.key == k.key; });
-    const std::string first_said = "first measurement SLOWER (" + percent(k.change_estimate.estimate) + ", p " +
+    const std::string first_said = "first measurement SLOWER (" +
+                                   percent(k.change_estimate.estimate) + ", p " +
                                    p_text(k.p_slower) + ")";
     if (it == repeat.keys.end()) {
       k.verdict = Verdict::unknown;
@@ -173,7 +183,8 @@ Comparison confirm(const Comparison& first, const Comparison& repeat) {
 std::string comparison_markdown(const Comparison& c) {
   std::ostringstream md;
   md << "| key | base median | change median | change | " << fixed(100 * c.options.level, 0)
-     << "% interval | p slower | p faster | min effect | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
+     << "% interval | p slower | p faster | min effect | verdict "
+        "|\n|---|---|---|---|---|---|---|---|---|\n";
   for (const KeyComparison& k : c.keys) {
     md << "| " << k.key << " | ";
     if (k.base.empty()) md << "|";
@@ -181,15 +192,16 @@ std::string comparison_markdown(const Comparison& c) {
     if (k.change.empty()) md << " |";
     else md << " " << fixed(k.change_median, 4) << " (n " << k.change.size() << ") |";
     if (k.tested)
-      md << " " << percent(k.change_estimate.estimate) << " | [" << percent(k.change_estimate.lower) << ", "
-         << percent(k.change_estimate.upper) << "] | " << p_text(k.p_slower) << " | " << p_text(k.p_faster) << " |";
-    else
-      md << " | | | |";
+      md << " " << percent(k.change_estimate.estimate) << " | [" << percent(k.change_estimate.lower)
+         << ", " << percent(k.change_estimate.upper) << "] | " << p_text(k.p_slower) << " | "
+         << p_text(k.p_faster) << " |";
+    else md << " | | | |";
     md << " " << fixed(100 * k.min_effect, 0) << "% | **" << to_string(k.verdict) << "**"
        << (k.confirmed ? " (repeated)" : "") << (k.reason.empty() ? "" : ": " + k.reason) << " |\n";
   }
-  md << "\nSLOWER: p < " << p_text(c.options.alpha) << " (exact one-sided Mann-Whitney, Holm over " << c.tested
-     << " keys) and a drop beyond the minimum effect; verdict: **" << to_string(c.overall()) << "**\n";
+  md << "\nSLOWER: p < " << p_text(c.options.alpha) << " (exact one-sided Mann-Whitney, Holm over "
+     << c.tested << " keys) and a drop beyond the minimum effect; verdict: **"
+     << to_string(c.overall()) << "**\n";
   return md.str();
 }
 
@@ -222,17 +234,19 @@ json to_json(const Comparison& c) {
 harness::JunitSuite junit_suite(const Comparison& c, const std::string& name) {
   harness::JunitSuite suite;
   suite.name = name;
-  suite.properties = {{"measure", "floor_fraction"}, {"alpha", p_text(c.options.alpha)},
+  suite.properties = {{"measure", "floor_fraction"},
+                      {"alpha", p_text(c.options.alpha)},
                       {"keys_tested", std::to_string(c.tested)}};
   for (const KeyComparison& k : c.keys) {
     harness::JunitCase t;
     t.classname = "mlarope.bench." + backend_of(k.key);
     t.name = k.key;
     std::ostringstream text;
-    text << "base median " << k.base_median << " (n " << k.base.size() << "), change median " << k.change_median
-         << " (n " << k.change.size() << "), change " << percent(k.change_estimate.estimate) << " ["
-         << percent(k.change_estimate.lower) << ", " << percent(k.change_estimate.upper) << "], p slower "
-         << p_text(k.p_slower) << ", minimum effect " << fixed(100 * k.min_effect, 0) << "%";
+    text << "base median " << k.base_median << " (n " << k.base.size() << "), change median "
+         << k.change_median << " (n " << k.change.size() << "), change "
+         << percent(k.change_estimate.estimate) << " [" << percent(k.change_estimate.lower) << ", "
+         << percent(k.change_estimate.upper) << "], p slower " << p_text(k.p_slower)
+         << ", minimum effect " << fixed(100 * k.min_effect, 0) << "%";
     if (!k.reason.empty()) text << "; " << k.reason;
     if (k.verdict == Verdict::slower) {
       t.outcome = harness::JunitCase::Outcome::failure;

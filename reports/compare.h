@@ -52,7 +52,7 @@ struct KeyComparison {
   std::string key;
   std::vector<double> base, change;  ///< the samples
   double base_median = 0, change_median = 0;
-  RelativeChange change_estimate;    ///< change over base, with its interval
+  RelativeChange change_estimate;     ///< change over base, with its interval
   double p_slower = 1, p_faster = 1;  ///< Holm-adjusted over the keys compared
   double min_effect = 0;
   bool tested = false;  ///< in Holm's family: samples enough on both sides
@@ -83,9 +83,9 @@ Comparison confirm(const Comparison& first, const Comparison& repeat);
 
 /// A gate: this run against a stored baseline, or a change against its base.
 struct GateResult {
-  std::string title;     ///< what was compared with what
-  bool applied = true;   ///< false: the baseline belongs to another machine, so nothing is gated
-  std::string note;      ///< why it was not applied, or what it left out
+  std::string title;    ///< what was compared with what
+  bool applied = true;  ///< false: the baseline belongs to another machine, so nothing is gated
+  std::string note;     ///< why it was not applied, or what it left out
   Comparison comparison;
   /// 0: passed, or not applied; 1: a key is SLOWER; 3: a key is UNKNOWN (the gate cannot decide).
   int exit_status() const;

@@ -68,12 +68,13 @@ nlohmann::json bencher_bmf(const std::map<std::string, KeySummary>& summaries) {
 nlohmann::json benchmark_action(const std::map<std::string, KeySummary>& summaries) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [key, s] : summaries)
-    out.push_back({{"name", key},
-                   {"unit", "fraction of the copy floor"},
-                   {"value", s.floor_fraction},
-                   {"range", "± " + fixed((s.floor_max - s.floor_min) / 2, 4)},
-                   {"extra", "median of " + std::to_string(s.repetitions) + " repetitions; " + fixed(s.gbps, 2) +
-                                 " GB/s; " + fixed(s.time_ms, 4) + " ms a call"}});
+    out.push_back(
+        {{"name", key},
+         {"unit", "fraction of the copy floor"},
+         {"value", s.floor_fraction},
+         {"range", "± " + fixed((s.floor_max - s.floor_min) / 2, 4)},
+         {"extra", "median of " + std::to_string(s.repetitions) + " repetitions; " +
+                       fixed(s.gbps, 2) + " GB/s; " + fixed(s.time_ms, 4) + " ms a call"}});
   return out;
 }
 

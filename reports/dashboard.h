@@ -18,7 +18,7 @@ struct KeySummary {
   int repetitions = 0;
   double floor_fraction = 0;  ///< median
   double floor_min = 0, floor_q1 = 0, floor_q3 = 0, floor_max = 0;
-  double gbps = 0;            ///< median
+  double gbps = 0;                                       ///< median
   double time_ms = 0, time_min_ms = 0, time_max_ms = 0;  ///< median, fastest, slowest
 };
 

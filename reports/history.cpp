@@ -2,10 +2,10 @@
 #include "history.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -23,7 +23,8 @@ namespace {
 std::string file_name_of(const std::string& commit) {
   std::string name = commit.empty() ? "unknown" : commit;
   for (char& ch : name)
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-') ch = '_';
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-')
+      ch = '_';
   return name + ".json";
 }
 
@@ -33,16 +34,18 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
   return {key.substr(0, slash), slash == std::string::npos ? "" : key.substr(slash + 1)};
 }
 
-std::string short_commit(const std::string& commit) { return commit.size() > 10 ? commit.substr(0, 10) : commit; }
+std::string short_commit(const std::string& commit) {
+  return commit.size() > 10 ? commit.substr(0, 10) : commit;
+}
 
 }  // namespace
 
 json to_json(const HistoryEntry& e) {
   json keys = json::object();
   for (const auto& [key, s] : e.keys)
-    keys[key] = {{"n", s.repetitions},    {"median", s.floor_fraction}, {"min", s.floor_min},
-                 {"q1", s.floor_q1},      {"q3", s.floor_q3},           {"max", s.floor_max},
-                 {"gbps", s.gbps},        {"time_ms", s.time_ms}};
+    keys[key] = {{"n", s.repetitions}, {"median", s.floor_fraction}, {"min", s.floor_min},
+                 {"q1", s.floor_q1},   {"q3", s.floor_q3},           {"max", s.floor_max},
+                 {"gbps", s.gbps},     {"time_ms", s.time_ms}};
   return {{"format", "mlarope-bench-history-1"},
           {"commit", e.commit},
           {"date", e.date},
@@ -119,9 +122,10 @@ History read_history(const std::string& dir) {
       h.skipped.push_back(file.filename().string() + ": " + ex.what());
     }
   }
-  std::stable_sort(h.entries.begin(), h.entries.end(), [](const HistoryEntry& a, const HistoryEntry& b) {
-    return a.date != b.date ? a.date < b.date : a.commit < b.commit;
-  });
+  std::stable_sort(h.entries.begin(), h.entries.end(),
+                   [](const HistoryEntry& a, const HistoryEntry& b) {
+                     return a.date != b.date ? a.date < b.date : a.commit < b.commit;
+                   });
   return h;
 }
 
@@ -141,8 +145,10 @@ std::string current_commit() {
 std::string history_html(const History& h) {
   if (h.entries.empty() && h.skipped.empty()) return "";
   std::ostringstream html;
-  html << "<h2>History</h2><p>" << h.entries.size() << " commits recorded in <code>" << escape(h.dir)
-       << "</code>: the median floor fraction of each benchmark at each commit, oldest first; a ringed point is "
+  html << "<h2>History</h2><p>" << h.entries.size() << " commits recorded in <code>"
+       << escape(h.dir)
+       << "</code>: the median floor fraction of each benchmark at each commit, oldest first; a "
+          "ringed point is "
           "one the gate found SLOWER or UNKNOWN that run.</p>\n";
   if (!h.skipped.empty()) {
     html << "<p class='fail'>Skipped entries:</p><ul>";
@@ -150,7 +156,8 @@ std::string history_html(const History& h) {
     html << "</ul>\n";
   }
   std::vector<std::string> points;
-  for (const HistoryEntry& e : h.entries) points.push_back(short_commit(e.commit) + " " + e.date.substr(0, 10));
+  for (const HistoryEntry& e : h.entries)
+    points.push_back(short_commit(e.commit) + " " + e.date.substr(0, 10));
   std::map<std::string, std::set<std::string>> lines;  // op -> backend/shape
   for (const HistoryEntry& e : h.entries)
     for (const auto& [key, _] : e.keys) {
@@ -183,8 +190,8 @@ std::string history_markdown(const History& h) {
   std::ostringstream md;
   md << "## History\n\n" << h.entries.size() << " commits in " << h.dir;
   if (!h.entries.empty())
-    md << ", from " << short_commit(h.entries.front().commit) << " (" << h.entries.front().date << ") to "
-       << short_commit(h.entries.back().commit) << " (" << h.entries.back().date << ")";
+    md << ", from " << short_commit(h.entries.front().commit) << " (" << h.entries.front().date
+       << ") to " << short_commit(h.entries.back().commit) << " (" << h.entries.back().date << ")";
   md << "; the trend of each op is on the page.\n";
   for (const std::string& s : h.skipped) md << "- skipped " << s << "\n";
   return md.str() + "\n";

@@ -82,9 +82,12 @@ std::string fuzz_headline(const FuzzReport& f) {
   const json& j = f.json;
   std::ostringstream s;
   s << f.where << ": " << static_cast<long long>(number_or(j, "cases", 0)) << " cases";
-  if (j.contains("cases_per_second")) s << " (" << fixed(number_or(j, "cases_per_second", 0), 0) << " cases/s)";
-  if (j.contains("backend") && j["backend"].is_string()) s << " on " << j["backend"].get<std::string>();
-  const std::size_t failures = j.contains("failures") && j["failures"].is_array() ? j["failures"].size() : 0;
+  if (j.contains("cases_per_second"))
+    s << " (" << fixed(number_or(j, "cases_per_second", 0), 0) << " cases/s)";
+  if (j.contains("backend") && j["backend"].is_string())
+    s << " on " << j["backend"].get<std::string>();
+  const std::size_t failures =
+      j.contains("failures") && j["failures"].is_array() ? j["failures"].size() : 0;
   s << ", " << failures << " failure" << (failures == 1 ? "" : "s");
   return s.str();
 }
@@ -96,13 +99,15 @@ std::vector<std::string> fuzz_shards(const json& j) {
   std::vector<double> rates;
   for (const json& s : j["shards"]) rates.push_back(number_or(s, "cases_per_second", 0));
   std::sort(rates.begin(), rates.end());
-  lines.push_back(std::to_string(rates.size()) + " shards, cases/s per shard: min " + fixed(rates.front(), 0) +
-                  ", median " + fixed(rates[rates.size() / 2], 0) + ", max " + fixed(rates.back(), 0));
+  lines.push_back(std::to_string(rates.size()) + " shards, cases/s per shard: min " +
+                  fixed(rates.front(), 0) + ", median " + fixed(rates[rates.size() / 2], 0) +
+                  ", max " + fixed(rates.back(), 0));
   if (j["shards"].size() <= 16)
     for (const json& s : j["shards"])
       lines.push_back("shard " + std::to_string(s.value("index", 0)) + ": " +
-                      std::to_string(s.value("cases", 0LL)) + " cases, " + fixed(number_or(s, "cases_per_second", 0), 0) +
-                      " cases/s, " + std::to_string(s.value("failing_cases", 0LL)) + " failing");
+                      std::to_string(s.value("cases", 0LL)) + " cases, " +
+                      fixed(number_or(s, "cases_per_second", 0), 0) + " cases/s, " +
+                      std::to_string(s.value("failing_cases", 0LL)) + " failing");
   return lines;
 }
 
@@ -122,11 +127,14 @@ std::string fuzz_total(const std::vector<FuzzReport>& fuzz) {
 
 // The worst error as a fraction of the tolerance, per op/dtype ("" when the run has none).
 std::string fuzz_fractions(const json& j) {
-  if (!j.contains("tolerance_fractions") || !j["tolerance_fractions"].is_object() || j["tolerance_fractions"].empty())
+  if (!j.contains("tolerance_fractions") || !j["tolerance_fractions"].is_object() ||
+      j["tolerance_fractions"].empty())
     return "";
   std::string line = "worst error / tolerance (1 = at the limit):";
   for (const auto& [key, h] : j["tolerance_fractions"].items())
-    line += " " + key + " " + (h.contains("max") && h["max"].is_number() ? fixed(h["max"].get<double>(), 2) : "inf") + ",";
+    line += " " + key + " " +
+            (h.contains("max") && h["max"].is_number() ? fixed(h["max"].get<double>(), 2) : "inf") +
+            ",";
   line.pop_back();
   return line;
 }
@@ -138,9 +146,11 @@ std::vector<std::string> fuzz_failures(const json& j) {
   for (const json& f : j["failures"]) {
     std::string line;
     for (const char* key : {"check", "op", "message"})
-      if (f.contains(key) && f[key].is_string()) line += (line.empty() ? "" : ": ") + f[key].get<std::string>();
+      if (f.contains(key) && f[key].is_string())
+        line += (line.empty() ? "" : ": ") + f[key].get<std::string>();
     for (const char* key : {"replay", "command"})
-      if (f.contains(key) && f[key].is_string()) line += "  replay: `" + f[key].get<std::string>() + "`";
+      if (f.contains(key) && f[key].is_string())
+        line += "  replay: `" + f[key].get<std::string>() + "`";
     lines.push_back(line.empty() ? f.dump() : line);
   }
   return lines;
@@ -152,16 +162,19 @@ std::vector<std::string> fuzz_support(const json& j) {
   std::vector<std::string> lines;
   if (!j.contains("support") || !j["support"].is_object()) return lines;
   const json& s = j["support"];
-  const auto number = [&](const char* key) { return s.contains(key) && s[key].is_number() ? s[key].get<long long>() : 0LL; };
+  const auto number = [&](const char* key) {
+    return s.contains(key) && s[key].is_number() ? s[key].get<long long>() : 0LL;
+  };
   if (number("declined_cases") == 0) return lines;
   std::ostringstream head;
   head << "supported: " << number("supported_combinations") << " of " << number("combinations")
-       << " flag combinations seen (" << number("partly_supported_combinations") << " more in part); "
-       << number("declined_cases") << " cases not supported (not failures):";
+       << " flag combinations seen (" << number("partly_supported_combinations")
+       << " more in part); " << number("declined_cases") << " cases not supported (not failures):";
   lines.push_back(head.str());
   if (s.contains("not_supported") && s["not_supported"].is_object())
     for (const auto& [reason, n] : s["not_supported"].items())
-      lines.push_back(reason + " (" + std::to_string(n.is_number() ? n.get<long long>() : 0LL) + ")");
+      lines.push_back(reason + " (" + std::to_string(n.is_number() ? n.get<long long>() : 0LL) +
+                      ")");
   return lines;
 }
 
@@ -187,7 +200,8 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>>
     if (h.is_object() && h.contains("counts") && h["counts"].is_array()) {
       const json labels = h.contains("labels") ? h["labels"] : h.value("edges", json::array());
       for (std::size_t i = 0; i < h["counts"].size(); ++i)
-        bins.push_back({i < labels.size() ? (labels[i].is_string() ? labels[i].get<std::string>() : labels[i].dump())
+        bins.push_back({i < labels.size() ? (labels[i].is_string() ? labels[i].get<std::string>()
+                                                                   : labels[i].dump())
                                           : std::to_string(i),
                         h["counts"][i].get<double>()});
     } else if (h.is_object()) {
@@ -230,9 +244,10 @@ std::string coverage_matrix_html(const json& j) {
       std::string split;
       const auto it = by_triple.find(t);
       if (it != by_triple.end())
-        for (const auto& [cp, n] : it->second) total += n, split += "cp " + cp + ": " + std::to_string(n) + "  ";
-      h << "<td title='" << escape(split) << "'" << (total == 0 ? " style='background:#fdd'" : "") << ">"
-        << total << "</td>";
+        for (const auto& [cp, n] : it->second)
+          total += n, split += "cp " + cp + ": " + std::to_string(n) + "  ";
+      h << "<td title='" << escape(split) << "'" << (total == 0 ? " style='background:#fdd'" : "")
+        << ">" << total << "</td>";
     }
     h << "</tr>\n";
   }
@@ -265,7 +280,8 @@ std::vector<BenchResult> parse_benchmarks(const json& j, const std::string& wher
     std::vector<std::string> parts;
     std::stringstream name(b["name"].get<std::string>());
     for (std::string part; std::getline(name, part, '/');) parts.push_back(part);
-    while (!parts.empty() && (parts.back() == "real_time" || parts.back() == "manual_time")) parts.pop_back();
+    while (!parts.empty() && (parts.back() == "real_time" || parts.back() == "manual_time"))
+      parts.pop_back();
     if (parts.size() < 3) continue;  // not an mlarope_bench name
     BenchResult r;
     r.op = parts[0];
@@ -293,8 +309,11 @@ static std::string gate_markdown(const GateResult& gate) {
   md << "## Gate: " << gate.title << "\n\n";
   if (!gate.applied) return md.str() + gate.note + "\n\n";
   const Verdict v = gate.comparison.overall();
-  md << (v == Verdict::same ? "**pass**" : v == Verdict::slower ? "**FAIL** (SLOWER)" : "**UNDECIDED** (UNKNOWN)")
-     << "\n\n" << comparison_markdown(gate.comparison);
+  md << (v == Verdict::same     ? "**pass**"
+         : v == Verdict::slower ? "**FAIL** (SLOWER)"
+                                : "**UNDECIDED** (UNKNOWN)")
+     << "\n\n"
+     << comparison_markdown(gate.comparison);
   if (!gate.note.empty()) md << "\n" << gate.note << "\n";
   return md.str() + "\n";
 }
@@ -305,19 +324,26 @@ static std::string gate_html(const GateResult& gate) {
   if (!gate.applied) return h.str() + "<p>" + escape(gate.note) + "</p>\n";
   const Verdict v = gate.comparison.overall();
   h << "<p class='" << (v == Verdict::same ? "pass" : "fail") << "'>"
-    << (v == Verdict::same ? "pass" : v == Verdict::slower ? "FAIL (SLOWER)" : "UNDECIDED (UNKNOWN)") << "</p>"
-    << "<table><tr><th>key</th><th>base median</th><th>change median</th><th>change</th><th>interval</th>"
+    << (v == Verdict::same     ? "pass"
+        : v == Verdict::slower ? "FAIL (SLOWER)"
+                               : "UNDECIDED (UNKNOWN)")
+    << "</p>"
+    << "<table><tr><th>key</th><th>base median</th><th>change "
+       "median</th><th>change</th><th>interval</th>"
        "<th>p slower</th><th>verdict</th></tr>\n";
   for (const KeyComparison& k : gate.comparison.keys) {
     const bool bad = k.verdict == Verdict::slower || k.verdict == Verdict::unknown;
-    h << "<tr><td>" << escape(k.key) << "</td><td>" << (k.base.empty() ? "" : fixed(k.base_median, 4)) << "</td><td>"
+    h << "<tr><td>" << escape(k.key) << "</td><td>"
+      << (k.base.empty() ? "" : fixed(k.base_median, 4)) << "</td><td>"
       << (k.change.empty() ? "" : fixed(k.change_median, 4)) << "</td><td>"
       << (k.tested ? fixed(100 * k.change_estimate.estimate, 1) + "%" : "") << "</td><td>"
-      << (k.tested ? "[" + fixed(100 * k.change_estimate.lower, 1) + "%, " + fixed(100 * k.change_estimate.upper, 1) + "%]"
+      << (k.tested ? "[" + fixed(100 * k.change_estimate.lower, 1) + "%, " +
+                         fixed(100 * k.change_estimate.upper, 1) + "%]"
                    : "")
       << "</td><td>" << (k.tested ? escape(std::to_string(k.p_slower)) : "") << "</td><td"
-      << (bad ? " class='fail'" : "") << ">" << to_string(k.verdict) << (k.confirmed ? " (repeated)" : "")
-      << (k.reason.empty() ? "" : ": " + escape(k.reason)) << "</td></tr>\n";
+      << (bad ? " class='fail'" : "") << ">" << to_string(k.verdict)
+      << (k.confirmed ? " (repeated)" : "") << (k.reason.empty() ? "" : ": " + escape(k.reason))
+      << "</td></tr>\n";
   }
   h << "</table>";
   if (!gate.note.empty()) h << "<p>" << escape(gate.note) << "</p>";
@@ -343,6 +369,7 @@ static std::vector<const BenchResult*> model_rows(const std::vector<BenchResult>
   for (const BenchResult& r : bench)
     if (!std::isnan(r.model_sector_efficiency)) rows.emplace(std::make_pair(r.op, r.shape), &r);
   std::vector<const BenchResult*> out;
+  out.reserve(rows.size());
   for (const auto& [_, r] : rows) out.push_back(r);
   return out;
 }
@@ -357,7 +384,8 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
     for (const FuzzReport& f : fuzz) {
       md << "- " << fuzz_headline(f) << "\n";
       for (const std::string& line : fuzz_support(f.json)) md << "  - " << line << "\n";
-      if (const std::string fractions = fuzz_fractions(f.json); !fractions.empty()) md << "  - " << fractions << "\n";
+      if (const std::string fractions = fuzz_fractions(f.json); !fractions.empty())
+        md << "  - " << fractions << "\n";
       for (const std::string& line : fuzz_shards(f.json)) md << "  - " << line << "\n";
       for (const std::string& line : fuzz_failures(f.json)) md << "  - " << line << "\n";
     }
@@ -377,7 +405,9 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
         for (const std::string& b : backends) {
           const auto it = by_backend.find(b);
           if (it == by_backend.end()) md << " |";
-          else md << " " << fixed(it->second.gbps, 1) << " GB/s, " << fixed(it->second.floor_fraction, 2) << " |";
+          else
+            md << " " << fixed(it->second.gbps, 1) << " GB/s, "
+               << fixed(it->second.floor_fraction, 2) << " |";
         }
         md << "\n";
       }
@@ -386,14 +416,16 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
   const auto model = model_rows(bench);
   if (!model.empty()) {
     md << "## GPU model and timing model (host backend; predicted on an H200)\n\n"
-          "| op | shape | sector efficiency | DRAM / minimum | H200 time | fraction of floor | copy of the same bytes "
+          "| op | shape | sector efficiency | DRAM / minimum | H200 time | fraction of floor | "
+          "copy of the same bytes "
           "| blocks/SM | waves | KiB in flight/SM |\n|---|---|---|---|---|---|---|---|---|---|\n";
     for (const BenchResult* r : model) {
       const double copy = predicted_copy(bench, *r);
-      md << "| " << r->op << " | " << r->shape << " | " << fixed(r->model_sector_efficiency, 2) << " | "
-         << fixed(r->model_dram_fraction, 2) << " | " << maybe(r->model_time_us, 1, " us") << " | "
-         << maybe(r->model_floor_fraction, 2) << " | " << maybe(copy, 2) << " | " << maybe(r->model_blocks_per_sm, 0)
-         << " | " << maybe(r->model_waves, 2) << " | " << maybe(r->model_kib_in_flight, 1) << " |\n";
+      md << "| " << r->op << " | " << r->shape << " | " << fixed(r->model_sector_efficiency, 2)
+         << " | " << fixed(r->model_dram_fraction, 2) << " | " << maybe(r->model_time_us, 1, " us")
+         << " | " << maybe(r->model_floor_fraction, 2) << " | " << maybe(copy, 2) << " | "
+         << maybe(r->model_blocks_per_sm, 0) << " | " << maybe(r->model_waves, 2) << " | "
+         << maybe(r->model_kib_in_flight, 1) << " |\n";
     }
     md << "\n";
   }
@@ -409,7 +441,8 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>mlarope report</title>\n"
        "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;"
-       "margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
+       "margin:8px 0}td,th{border:1px solid #ccc;padding:3px "
+       "8px;text-align:right}th{background:#f3f3f3}"
        "td:first-child,th:first-child{text-align:left}.fail{color:#b00;font-weight:bold}"
        ".pass{color:#070;font-weight:bold}code{background:#f5f5f5;padding:1px 4px}</style>\n"
        "</head><body>\n<h1>mlarope report</h1>\n";
@@ -435,7 +468,8 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
       for (const auto& [category, rows] : counts) {
         h << "<table><tr><th>" << escape(category) << "</th><th>cases</th></tr>";
         for (const auto& [value, count] : rows)
-          h << "<tr><td>" << escape(value) << "</td><td>" << static_cast<long long>(count) << "</td></tr>";
+          h << "<tr><td>" << escape(value) << "</td><td>" << static_cast<long long>(count)
+            << "</td></tr>";
         h << "</table>";
       }
       h << "</div>\n";
@@ -445,14 +479,16 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
       Series s{"cases", {}};
       for (const auto& [label, count] : bins) labels.push_back(label), s.values.push_back(count);
       h << bar_chart("Worst error / tolerance, " + key, labels, {s},
-                     "worst element's |error| / allowed (1 = at the limit)", "cases (log scale)", 0, true);
+                     "worst element's |error| / allowed (1 = at the limit)", "cases (log scale)", 0,
+                     true);
     }
     for (const auto& [dtype, bins] : fuzz_histograms(f.json)) {
       std::vector<std::string> labels;
       Series s{"elements", {}};
       for (const auto& [label, count] : bins) labels.push_back(label), s.values.push_back(count);
-      h << bar_chart("Error vs reference, " + dtype + " outputs (where the tolerance is relative)", labels, {s},
-                     "error (ulp of the output dtype)", "elements (log scale)", 0, true);
+      h << bar_chart("Error vs reference, " + dtype + " outputs (where the tolerance is relative)",
+                     labels, {s}, "error (ulp of the output dtype)", "elements (log scale)", 0,
+                     true);
     }
   }
   if (!bench.empty()) {
@@ -472,34 +508,41 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
           s.values.push_back(it == by_backend.end() ? NAN : it->second.floor_fraction);
         }
       }
-      h << bar_chart(op + ": fraction of the copy floor", categories, series, "shape (model/layout/tokens/dtype)",
-                     "fraction of copy bandwidth", 1.0);
+      h << bar_chart(op + ": fraction of the copy floor", categories, series,
+                     "shape (model/layout/tokens/dtype)", "fraction of copy bandwidth", 1.0);
     }
     h << "<table><tr><th>op</th><th>backend</th><th>shape</th><th>time (ms)</th><th>GB/s</th>"
          "<th>fraction of floor</th></tr>\n";
     for (const BenchResult& r : medians(bench))
-      h << "<tr><td>" << escape(r.op) << "</td><td>" << escape(r.backend) << "</td><td>" << escape(r.shape)
-        << "</td><td>" << fixed(r.time_ms, 3) << "</td><td>" << fixed(r.gbps, 1) << "</td><td>"
-        << fixed(r.floor_fraction, 3) << "</td></tr>\n";
+      h << "<tr><td>" << escape(r.op) << "</td><td>" << escape(r.backend) << "</td><td>"
+        << escape(r.shape) << "</td><td>" << fixed(r.time_ms, 3) << "</td><td>" << fixed(r.gbps, 1)
+        << "</td><td>" << fixed(r.floor_fraction, 3) << "</td></tr>\n";
     h << "</table>\n";
   }
   const auto model = model_rows(bench);
   if (!model.empty()) {
-    h << "<h2>GPU model and timing model</h2><p>The host backend's model of a GPU on each shape (a sample "
-         "of each launch's blocks): sector efficiency = distinct bytes the threads of a warp ask for / bytes of "
-         "the 32-byte sectors that access touches (1 = coalesced); DRAM = distinct sectors touched x 32 bytes, "
-         "over the op's minimum bytes. The timing model's prediction on an H200 (include/mlarope/timing.h, "
-         "fitted to the H200's measurements): the time of one call, its fraction of the copy floor, the same for a "
+    h << "<h2>GPU model and timing model</h2><p>The host backend's model of a GPU on each shape (a "
+         "sample "
+         "of each launch's blocks): sector efficiency = distinct bytes the threads of a warp ask "
+         "for / bytes of "
+         "the 32-byte sectors that access touches (1 = coalesced); DRAM = distinct sectors touched "
+         "x 32 bytes, "
+         "over the op's minimum bytes. The timing model's prediction on an H200 "
+         "(include/mlarope/timing.h, "
+         "fitted to the H200's measurements): the time of one call, its fraction of the copy "
+         "floor, the same for a "
          "copy of the op's bytes, resident blocks per SM, waves and bytes in flight per SM.</p>\n"
          "<table><tr><th>op</th><th>shape</th><th>sector efficiency</th><th>DRAM / minimum</th>"
          "<th>H200 time</th><th>fraction of floor</th><th>copy</th><th>blocks/SM</th><th>waves</th>"
          "<th>KiB in flight/SM</th></tr>\n";
     for (const BenchResult* r : model)
       h << "<tr><td>" << escape(r->op) << "</td><td>" << escape(r->shape) << "</td><td>"
-        << fixed(r->model_sector_efficiency, 3) << "</td><td>" << fixed(r->model_dram_fraction, 3) << "</td><td>"
-        << maybe(r->model_time_us, 1, " us") << "</td><td>" << maybe(r->model_floor_fraction, 2) << "</td><td>"
-        << maybe(predicted_copy(bench, *r), 2) << "</td><td>" << maybe(r->model_blocks_per_sm, 0) << "</td><td>"
-        << maybe(r->model_waves, 2) << "</td><td>" << maybe(r->model_kib_in_flight, 1) << "</td></tr>\n";
+        << fixed(r->model_sector_efficiency, 3) << "</td><td>" << fixed(r->model_dram_fraction, 3)
+        << "</td><td>" << maybe(r->model_time_us, 1, " us") << "</td><td>"
+        << maybe(r->model_floor_fraction, 2) << "</td><td>" << maybe(predicted_copy(bench, *r), 2)
+        << "</td><td>" << maybe(r->model_blocks_per_sm, 0) << "</td><td>"
+        << maybe(r->model_waves, 2) << "</td><td>" << maybe(r->model_kib_in_flight, 1)
+        << "</td></tr>\n";
     h << "</table>\n";
   }
   h << kernel_resources_html(kernels);

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
-#include <set>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "baseline.h"
@@ -52,7 +52,8 @@ std::vector<std::string> files_of_folder(const fs::path& dir) {
   std::vector<std::string> shards, others;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("shard-", 0) == 0 && fs::is_regular_file(e.path() / "fuzz.json"))
+    if (e.is_directory() && name.rfind("shard-", 0) == 0 &&
+        fs::is_regular_file(e.path() / "fuzz.json"))
       shards.push_back((e.path() / "fuzz.json").string());
     else if (e.is_regular_file() && (e.path().extension() == ".json" || name == "ptxas.txt"))
       others.push_back(e.path().string());
@@ -60,7 +61,8 @@ std::vector<std::string> files_of_folder(const fs::path& dir) {
   std::vector<std::string>& found = shards.empty() ? others : shards;
   std::sort(found.begin(), found.end());
   if (found.empty())
-    throw Error(dir.string() + ": a folder with no fuzz.json, no shard-*/fuzz.json and no *.json or ptxas.txt");
+    throw Error(dir.string() +
+                ": a folder with no fuzz.json, no shard-*/fuzz.json and no *.json or ptxas.txt");
   return found;
 }
 
@@ -93,16 +95,19 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 // One merged fuzz.json per sharded run: the reports of the shards of one campaign (one
-// folder of shard-* folders, one backend, seed and shard count) summed with FuzzStats::merge, their failures' folders made
-// relative to the campaign's folder, and each shard's rate kept under "shards".
+// folder of shard-* folders, one backend, seed and shard count) summed with FuzzStats::merge, their
+// failures' folders made relative to the campaign's folder, and each shard's rate kept under
+// "shards".
 std::vector<FuzzReport> merge_shards(std::vector<FuzzReport> reports) {
   std::map<std::string, std::vector<FuzzReport*>> campaigns;
   for (FuzzReport& r : reports) {
     const json& j = r.json;
-    if (!j.contains("shard") || j["shard"].value("count", 1) < 2 || j["shard"].contains("merged")) continue;
+    if (!j.contains("shard") || j["shard"].value("count", 1) < 2 || j["shard"].contains("merged"))
+      continue;
     const std::string folder = fs::path(r.where).parent_path().parent_path().string();
-    campaigns[folder + "|" + j.value("backend", "") + "|" + std::to_string(j.value("seed", 0ULL)) + "|" +
-              std::to_string(j["shard"].value("count", 1))].push_back(&r);
+    campaigns[folder + "|" + j.value("backend", "") + "|" + std::to_string(j.value("seed", 0ULL)) +
+              "|" + std::to_string(j["shard"].value("count", 1))]
+        .push_back(&r);
   }
   std::vector<FuzzReport> out;
   std::set<const FuzzReport*> merged;
@@ -117,8 +122,11 @@ std::vector<FuzzReport> merge_shards(std::vector<FuzzReport> reports) {
         if (!f.dir.empty()) f.dir = (folder / f.dir).string();
       total.merge(s);  // adds counts, not seconds: the shards run at the same time
       total.seconds = std::max(total.seconds, s.seconds);
-      rates.push_back({{"where", r->where}, {"index", r->json["shard"].value("index", 0)},
-                       {"cases", s.cases}, {"cases_per_second", s.rate()}, {"failing_cases", s.failing_cases}});
+      rates.push_back({{"where", r->where},
+                       {"index", r->json["shard"].value("index", 0)},
+                       {"cases", s.cases},
+                       {"cases_per_second", s.rate()},
+                       {"failing_cases", s.failing_cases}});
       merged.insert(r);
     }
     const json& first = shards.front()->json;
@@ -129,11 +137,14 @@ std::vector<FuzzReport> merge_shards(std::vector<FuzzReport> reports) {
     o.jobs = first.value("jobs", 1);
     json j = harness::to_json(total, o);
     j["ops"] = first.value("ops", json::array());
-    j["shard"] = {{"count", first["shard"].value("count", 1)}, {"merged", shards.size()},
+    j["shard"] = {{"count", first["shard"].value("count", 1)},
+                  {"merged", shards.size()},
                   {"source", first["shard"].value("source", "")}};
     j["shards"] = rates;
     const fs::path campaign = fs::path(shards.front()->where).parent_path().parent_path();
-    out.push_back({(campaign / "shard-*").string() + " (" + std::to_string(shards.size()) + " shards merged)", j});
+    out.push_back(
+        {(campaign / "shard-*").string() + " (" + std::to_string(shards.size()) + " shards merged)",
+         j});
   }
   for (FuzzReport& r : reports)
     if (!merged.count(&r)) out.push_back(std::move(r));
@@ -152,7 +163,8 @@ std::vector<BenchResult> read_benchmarks(const std::vector<std::string>& files, 
   for (const std::string& path : files) {
     const json j = read_json(path);
     const auto found = parse_benchmarks(j, path);
-    if (found.empty()) throw Error(path + ": no repetitions (only aggregates, or every benchmark failed)");
+    if (found.empty())
+      throw Error(path + ": no repetitions (only aggregates, or every benchmark failed)");
     if (machine && results.empty()) *machine = machine_of(j);
     results.insert(results.end(), found.begin(), found.end());
   }
@@ -160,7 +172,8 @@ std::vector<BenchResult> read_benchmarks(const std::vector<std::string>& files, 
 }
 
 // The fuzz reports as JUnit suites (a case per check), and the gate's (a case per key).
-std::vector<harness::JunitSuite> junit_suites(const std::vector<FuzzReport>& fuzz, const GateResult* gate) {
+std::vector<harness::JunitSuite> junit_suites(const std::vector<FuzzReport>& fuzz,
+                                              const GateResult* gate) {
   std::vector<harness::JunitSuite> suites;
   for (const FuzzReport& f : fuzz) {
     harness::FuzzOptions o;
@@ -170,7 +183,8 @@ std::vector<harness::JunitSuite> junit_suites(const std::vector<FuzzReport>& fuz
     o.out = fs::path(f.where).parent_path();
     suites.push_back(harness::junit_suite(harness::stats_from_json(f.json), o));
   }
-  if (gate && gate->applied) suites.push_back(junit_suite(gate->comparison, "mlarope gate: " + gate->title));
+  if (gate && gate->applied)
+    suites.push_back(junit_suite(gate->comparison, "mlarope gate: " + gate->title));
   return suites;
 }
 
@@ -192,14 +206,18 @@ CompareOptions GateOptions::compare_options() const {
   c.host_min_effect = host_min_effect;
   c.gpu_min_effect = gpu_min_effect;
   c.min_samples = min_samples;
-  if (!(alpha > 0 && alpha < 1)) throw Error("--alpha " + std::to_string(alpha) + ": expected 0 < alpha < 1");
-  if (min_samples < 2) throw Error("--min-samples " + std::to_string(min_samples) + ": expected at least 2");
+  if (!(alpha > 0 && alpha < 1))
+    throw Error("--alpha " + std::to_string(alpha) + ": expected 0 < alpha < 1");
+  if (min_samples < 2)
+    throw Error("--min-samples " + std::to_string(min_samples) + ": expected at least 2");
   for (const std::string& item : key_min_effect) {
     const std::size_t eq = item.rfind('=');
     char* end = nullptr;
     const double value = eq == std::string::npos ? 0 : std::strtod(item.c_str() + eq + 1, &end);
-    if (eq == std::string::npos || eq == 0 || end == item.c_str() + eq + 1 || *end != '\0' || !(value >= 0))
-      throw Error("--key-min-effect " + item + ": expected KEY=FRACTION (a key or key prefix, a fraction >= 0)");
+    if (eq == std::string::npos || eq == 0 || end == item.c_str() + eq + 1 || *end != '\0' ||
+        !(value >= 0))
+      throw Error("--key-min-effect " + item +
+                  ": expected KEY=FRACTION (a key or key prefix, a fraction >= 0)");
     c.key_min_effect[item.substr(0, eq)] = value;
   }
   return c;
@@ -235,7 +253,8 @@ int report_command(const ReportOptions& o) {
   GateResult gate;
   const bool gated = !o.baseline.empty();
   if (gated) {
-    if (bench.empty()) throw Error("--baseline " + o.baseline + ": no benchmark results among the inputs to gate");
+    if (bench.empty())
+      throw Error("--baseline " + o.baseline + ": no benchmark results among the inputs to gate");
     gate = check_baseline(bench, machine, read_json(o.baseline), o.baseline, compare_options);
   }
   std::error_code ec;
@@ -253,12 +272,14 @@ int report_command(const ReportOptions& o) {
       if (gated && gate.applied) {
         entry.gate = to_string(gate.comparison.overall());
         for (const KeyComparison& k : gate.comparison.keys)
-          if (k.verdict == Verdict::slower || k.verdict == Verdict::unknown) entry.flagged.insert(k.key);
+          if (k.verdict == Verdict::slower || k.verdict == Verdict::unknown)
+            entry.flagged.insert(k.key);
       }
       std::cerr << "report: history entry " << record_history(o.history, entry) << "\n";
     }
     history = read_history(o.history);
-    for (const std::string& skipped : history.skipped) std::cerr << "report: history: skipped " << skipped << "\n";
+    for (const std::string& skipped : history.skipped)
+      std::cerr << "report: history: skipped " << skipped << "\n";
   }
   const GateResult* gate_shown = gated ? &gate : nullptr;
   const History* history_shown = with_history ? &history : nullptr;
@@ -279,7 +300,8 @@ int report_command(const ReportOptions& o) {
 
 int compare_command(const CompareCommandOptions& o) {
   const CompareOptions options = o.gate.compare_options();
-  if (o.base.empty() || o.change.empty()) throw Error("compare: --base and --change each need at least one file");
+  if (o.base.empty() || o.change.empty())
+    throw Error("compare: --base and --change each need at least one file");
   if (o.repeat_base.empty() != o.repeat_change.empty())
     throw Error("compare: --repeat-base and --repeat-change go together");
   Machine base_machine, change_machine;
@@ -288,13 +310,15 @@ int compare_command(const CompareCommandOptions& o) {
   bool shared = false;
   for (const auto& [key, _] : base) shared = shared || change.count(key) > 0;
   if (!shared)
-    throw Error("compare: the base and the change share no benchmark key (base has " + base.begin()->first +
-                ", change has " + change.begin()->first + ")");
+    throw Error("compare: the base and the change share no benchmark key (base has " +
+                base.begin()->first + ", change has " + change.begin()->first + ")");
   GateResult gate;
   gate.title = "the change against its base, measured interleaved";
   gate.comparison = compare(base, change, options);
-  if (const std::string diff = machine_difference(base_machine, change_machine, false); !diff.empty())
-    gate.note = "note: the two sides ran on different machines (" + diff + "): a base must be measured beside its change";
+  if (const std::string diff = machine_difference(base_machine, change_machine, false);
+      !diff.empty())
+    gate.note = "note: the two sides ran on different machines (" + diff +
+                "): a base must be measured beside its change";
   if (!o.repeat_base.empty()) {
     const Samples again_base = floor_fraction_samples(read_benchmarks(o.repeat_base, nullptr));
     const Samples again_change = floor_fraction_samples(read_benchmarks(o.repeat_change, nullptr));
@@ -315,7 +339,8 @@ int compare_command(const CompareCommandOptions& o) {
   const std::string md = "# mlarope compare\n\n" + comparison_markdown(gate.comparison) +
                          (gate.note.empty() ? "" : "\n" + gate.note + "\n");
   write_file(out / "summary.md", md);
-  harness::write_junit((out / "junit.xml").string(), {junit_suite(gate.comparison, "mlarope compare")});
+  harness::write_junit((out / "junit.xml").string(),
+                       {junit_suite(gate.comparison, "mlarope compare")});
   if (!o.slower_keys.empty()) {
     std::string keys;
     for (const std::string& key : gate.comparison.slower_keys()) keys += key + "\n";

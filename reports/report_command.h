@@ -27,7 +27,7 @@ struct ReportOptions {
   std::string out_dir = "report";   ///< gets report.html, summary.md, junit.xml, bmf.json, ...
   std::string baseline;             ///< optional: gate against this stored baseline
   std::string history;              ///< optional: record this run here and draw the trend
-  std::string commit;               ///< the commit a history entry names (default: current_commit())
+  std::string commit;  ///< the commit a history entry names (default: current_commit())
   GateOptions gate;
 };
 
@@ -41,8 +41,8 @@ int report_command(const ReportOptions& options);
 struct CompareCommandOptions {
   std::vector<std::string> base, change;                ///< Google Benchmark JSON files
   std::vector<std::string> repeat_base, repeat_change;  ///< the SLOWER keys measured again
-  std::string out_dir = "compare";    ///< gets compare.json, summary.md, junit.xml
-  std::string slower_keys;            ///< optional: write the SLOWER keys here, one a line
+  std::string out_dir = "compare";  ///< gets compare.json, summary.md, junit.xml
+  std::string slower_keys;          ///< optional: write the SLOWER keys here, one a line
   GateOptions gate;
 };
 

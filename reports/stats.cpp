@@ -69,7 +69,8 @@ double smallest_p(int n, int m) {
 std::vector<double> holm_adjust(const std::vector<double>& p) {
   std::vector<std::size_t> order(p.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] < p[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return p[a] < p[b]; });
   std::vector<double> adjusted(p.size());
   double running = 0;
   for (std::size_t rank = 0; rank < order.size(); ++rank) {

@@ -23,7 +23,8 @@ double p_less_by_enumeration(const std::vector<double>& x, const std::vector<dou
   std::vector<double> rank(n);
   for (std::size_t i = 0; i < n; ++i) {
     double below = 0, equal = 0;
-    for (std::size_t j = 0; j < n; ++j) below += pooled[j] < pooled[i], equal += pooled[j] == pooled[i];
+    for (std::size_t j = 0; j < n; ++j)
+      below += pooled[j] < pooled[i], equal += pooled[j] == pooled[i];
     rank[i] = below + (equal + 1) / 2;
   }
   double observed = 0;
@@ -50,6 +51,7 @@ std::vector<double> nine_near(double center, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> noise(-0.02, 0.02);
   std::vector<double> v;
+  v.reserve(9);
   for (int i = 0; i < 9; ++i) v.push_back(center * (1 + noise(rng)));
   return v;
 }
@@ -79,14 +81,16 @@ TEST(Stats, MannWhitneyMatchesEnumerationWithTies) {
     for (double& v : x) v = value(rng);
     for (double& v : y) v = value(rng);
     EXPECT_NEAR(mann_whitney(x, y).p_less, p_less_by_enumeration(x, y), 1e-12) << "trial " << trial;
-    EXPECT_NEAR(mann_whitney(x, y).p_greater, p_less_by_enumeration(scaled(x, -1), scaled(y, -1)), 1e-12);
+    EXPECT_NEAR(mann_whitney(x, y).p_greater, p_less_by_enumeration(scaled(x, -1), scaled(y, -1)),
+                1e-12);
   }
 }
 
 TEST(Stats, SmallestPHolmAndMedian) {
   EXPECT_NEAR(smallest_p(9, 9), 1.0 / 48620, 1e-15);
   EXPECT_NEAR(smallest_p(3, 3), 0.05, 1e-15);
-  // Holm: 0.01 x 3, then 0.03 x 2 = 0.06, then 0.04 x 1 lifted to 0.06 (never below an earlier one).
+  // Holm: 0.01 x 3, then 0.03 x 2 = 0.06, then 0.04 x 1 lifted to 0.06 (never below an earlier
+  // one).
   const std::vector<double> adjusted = holm_adjust({0.01, 0.04, 0.03});
   EXPECT_NEAR(adjusted[0], 0.03, 1e-15);
   EXPECT_NEAR(adjusted[1], 0.06, 1e-15);
@@ -120,7 +124,8 @@ TEST(Compare, VerdictsOfAClearDropNoiseASmallShiftAndTooFewSamples) {
                         {"rope/host/e", nine_near(0.8, 5)}};
   Samples change = {{"rope/host/a", scaled(nine_near(0.8, 11), 0.85)},  // 15% slower
                     {"rope/host/b", nine_near(0.8, 12)},                // unchanged
-                    {"rope/host/c", scaled(nine_near(0.8, 13), 0.96)},  // 4%: real, below the effect
+                    {"rope/host/c",
+                     scaled(nine_near(0.8, 13), 0.96)},  // 4%: real, below the effect
                     {"rope/host/d", scaled(nine_near(0.8, 14), 1.2)}};  // 20% faster
   const std::vector<double> nine = nine_near(0.8, 15);
   change["rope/host/e"] = std::vector<double>(nine.begin(), nine.begin() + 5);
@@ -136,7 +141,8 @@ TEST(Compare, VerdictsOfAClearDropNoiseASmallShiftAndTooFewSamples) {
   EXPECT_LT(c.keys[2].p_slower, 0.002) << "a 4% shift is detectable, but below the 10% that fails";
   EXPECT_EQ(c.keys[3].verdict, Verdict::faster);
   EXPECT_EQ(c.keys[4].verdict, Verdict::unknown);
-  EXPECT_NE(c.keys[4].reason.find("5 change repetitions, fewer than 9"), std::string::npos) << c.keys[4].reason;
+  EXPECT_NE(c.keys[4].reason.find("5 change repetitions, fewer than 9"), std::string::npos)
+      << c.keys[4].reason;
   EXPECT_EQ(c.keys[5].verdict, Verdict::unknown);
   EXPECT_EQ(c.keys[5].reason, "measured in the change only");
   EXPECT_EQ(c.overall(), Verdict::slower);
@@ -151,7 +157,8 @@ TEST(Compare, NoisyDropIsNotShownAndUnknownIsNeverAPass) {
   for (double& v : change) v = 0.85 * wide(rng);
   const Comparison noisy = compare({{"k/host/s", base}}, {{"k/host/s", change}}, CompareOptions{});
   EXPECT_EQ(noisy.keys[0].verdict, Verdict::same);
-  const Comparison few = compare({{"k/host/s", {0.8, 0.8, 0.8}}}, {{"k/host/s", {0.8, 0.8, 0.8}}}, CompareOptions{});
+  const Comparison few =
+      compare({{"k/host/s", {0.8, 0.8, 0.8}}}, {{"k/host/s", {0.8, 0.8, 0.8}}}, CompareOptions{});
   EXPECT_EQ(few.overall(), Verdict::unknown);
   GateResult gate;
   gate.comparison = few;
@@ -166,7 +173,8 @@ TEST(Compare, NoisyDropIsNotShownAndUnknownIsNeverAPass) {
   }
   const Comparison holm = compare(many_base, many_change, o);
   EXPECT_EQ(holm.overall(), Verdict::unknown);
-  EXPECT_NE(holm.keys[0].reason.find("too few repetitions"), std::string::npos) << holm.keys[0].reason;
+  EXPECT_NE(holm.keys[0].reason.find("too few repetitions"), std::string::npos)
+      << holm.keys[0].reason;
 }
 
 TEST(Compare, MinimumEffectPerBackendAndPerKey) {
@@ -182,19 +190,21 @@ TEST(Compare, MinimumEffectPerBackendAndPerKey) {
 
 TEST(Compare, ASlowerKeyMustRepeatBeforeTheGateFails) {
   const Samples base = {{"rope/host/a", nine_near(0.8, 1)}, {"rope/host/b", nine_near(0.8, 2)}};
-  const Samples slow = {{"rope/host/a", scaled(nine_near(0.8, 3), 0.8)}, {"rope/host/b", nine_near(0.8, 4)}};
+  const Samples slow = {{"rope/host/a", scaled(nine_near(0.8, 3), 0.8)},
+                        {"rope/host/b", nine_near(0.8, 4)}};
   const Comparison first = compare(base, slow, CompareOptions{});
   ASSERT_EQ(first.overall(), Verdict::slower);
   // Measured again only for the SLOWER key: slower again -> confirmed.
-  const Comparison again_slow = compare({{"rope/host/a", nine_near(0.8, 5)}},
-                                        {{"rope/host/a", scaled(nine_near(0.8, 6), 0.8)}}, CompareOptions{});
+  const Comparison again_slow =
+      compare({{"rope/host/a", nine_near(0.8, 5)}},
+              {{"rope/host/a", scaled(nine_near(0.8, 6), 0.8)}}, CompareOptions{});
   const Comparison confirmed = confirm(first, again_slow);
   EXPECT_EQ(confirmed.overall(), Verdict::slower);
   EXPECT_TRUE(confirmed.keys[0].confirmed);
   EXPECT_EQ(confirmed.keys[1].verdict, Verdict::same);
   // Not slower the second time -> the key passes, the first verdict kept in its reason.
-  const Comparison again_same = compare({{"rope/host/a", nine_near(0.8, 7)}}, {{"rope/host/a", nine_near(0.8, 8)}},
-                                        CompareOptions{});
+  const Comparison again_same = compare({{"rope/host/a", nine_near(0.8, 7)}},
+                                        {{"rope/host/a", nine_near(0.8, 8)}}, CompareOptions{});
   const Comparison passed = confirm(first, again_same);
   EXPECT_EQ(passed.overall(), Verdict::same);
   EXPECT_NE(passed.keys[0].reason.find("first measurement SLOWER"), std::string::npos);

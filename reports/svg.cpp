@@ -9,7 +9,7 @@
 namespace mlarope::reports {
 namespace {
 
-const char* kColors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"};
+const char* const kColors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"};
 
 // A "nice" axis maximum and tick step for values up to `max_value`.
 std::pair<double, double> axis_scale(double max_value) {
@@ -62,7 +62,9 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
   for (const Series& s : series)
     for (double v : s.values)
       if (std::isfinite(v)) max_value = std::max(max_value, scaled(v));
-  auto [axis_max, step] = axis_scale(max_value);
+  // Named locals, not a structured binding: the lambdas below capture axis_max.
+  const std::pair<double, double> scale = axis_scale(max_value);
+  double axis_max = scale.first, step = scale.second;
   if (log_scale) axis_max = std::max(1.0, std::ceil(max_value)), step = 1;
   auto y_of = [&](double v) { return top + plot_h - plot_h * scaled(v) / axis_max; };
   auto y_of_axis = [&](double a) { return top + plot_h - plot_h * a / axis_max; };
@@ -70,7 +72,8 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
       << "' font-family='sans-serif' font-size='11'>\n";
-  svg << "<text x='" << left << "' y='20' font-size='14' font-weight='bold'>" << escape(title) << "</text>\n";
+  svg << "<text x='" << left << "' y='20' font-size='14' font-weight='bold'>" << escape(title)
+      << "</text>\n";
   for (double a = 0; a <= axis_max + 1e-12; a += step) {  // grid and tick labels
     const std::string label = log_scale ? (a == 0 ? "0" : "1e" + number(a)) : number(a);
     svg << "<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << y_of_axis(a) << "' y2='"
@@ -97,8 +100,8 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
   svg << "<line x1='" << left << "' x2='" << left << "' y1='" << top << "' y2='" << top + plot_h
       << "' stroke='#333'/>\n<line x1='" << left << "' x2='" << left + plot_w << "' y1='"
       << top + plot_h << "' y2='" << top + plot_h << "' stroke='#333'/>\n";
-  svg << "<text transform='translate(16," << top + plot_h / 2 << ") rotate(-90)' text-anchor='middle'>"
-      << escape(y_label) << "</text>\n";
+  svg << "<text transform='translate(16," << top + plot_h / 2
+      << ") rotate(-90)' text-anchor='middle'>" << escape(y_label) << "</text>\n";
   svg << "<text x='" << left + plot_w / 2 << "' y='" << height - 8 << "' text-anchor='middle'>"
       << escape(x_label) << "</text>\n";
   for (std::size_t s = 0; s < series.size(); ++s) {  // legend, under the title
@@ -111,8 +114,9 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
 }
 
 std::string line_chart(const std::string& title, const std::vector<std::string>& points,
-                       const std::vector<Series>& series, const std::vector<std::vector<bool>>& flagged,
-                       const std::string& x_label, const std::string& y_label) {
+                       const std::vector<Series>& series,
+                       const std::vector<std::vector<bool>>& flagged, const std::string& x_label,
+                       const std::string& y_label) {
   const double left = 70, right = 20, top = 40, plot_h = 220;
   const double step_x = std::max(40.0, 560.0 / std::max<std::size_t>(1, points.size()));
   const double plot_w = step_x * std::max<std::size_t>(1, points.size());
@@ -122,18 +126,21 @@ std::string line_chart(const std::string& title, const std::vector<std::string>&
   for (const Series& s : series)
     for (double v : s.values)
       if (std::isfinite(v)) max_value = std::max(max_value, v);
-  const auto [axis_max, step] = axis_scale(max_value);
+  // Named locals, not a structured binding: the lambdas below capture axis_max.
+  const std::pair<double, double> scale = axis_scale(max_value);
+  const double axis_max = scale.first, step = scale.second;
   auto x_of = [&](std::size_t i) { return left + step_x * (static_cast<double>(i) + 0.5); };
   auto y_of = [&](double v) { return top + plot_h - plot_h * v / axis_max; };
 
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
       << "' font-family='sans-serif' font-size='11'>\n";
-  svg << "<text x='" << left << "' y='20' font-size='14' font-weight='bold'>" << escape(title) << "</text>\n";
+  svg << "<text x='" << left << "' y='20' font-size='14' font-weight='bold'>" << escape(title)
+      << "</text>\n";
   for (double a = 0; a <= axis_max + 1e-12; a += step)
-    svg << "<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << y_of(a) << "' y2='" << y_of(a)
-        << "' stroke='#ddd'/>\n<text x='" << left - 6 << "' y='" << y_of(a) + 4 << "' text-anchor='end'>"
-        << number(a) << "</text>\n";
+    svg << "<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << y_of(a) << "' y2='"
+        << y_of(a) << "' stroke='#ddd'/>\n<text x='" << left - 6 << "' y='" << y_of(a) + 4
+        << "' text-anchor='end'>" << number(a) << "</text>\n";
   for (std::size_t i = 0; i < points.size(); ++i)
     svg << "<text transform='translate(" << x_of(i) << "," << top + plot_h + 12
         << ") rotate(40)' text-anchor='start'>" << escape(points[i]) << "</text>\n";
@@ -147,28 +154,33 @@ std::string line_chart(const std::string& title, const std::vector<std::string>&
         path += " ";  // a gap: the next point starts a new piece
         continue;
       }
-      path += (path.empty() || path.back() == ' ' ? "M" : "L") + number(x_of(i)) + "," + number(y_of(v)) + " ";
+      path += (path.empty() || path.back() == ' ' ? "M" : "L") + number(x_of(i)) + "," +
+              number(y_of(v)) + " ";
     }
-    svg << "<path d='" << path << "' fill='none' stroke='" << color << "' stroke-width='1.5'" << dash << "/>\n";
+    svg << "<path d='" << path << "' fill='none' stroke='" << color << "' stroke-width='1.5'"
+        << dash << "/>\n";
     for (std::size_t i = 0; i < series[s].values.size() && i < points.size(); ++i) {
       const double v = series[s].values[i];
       if (!std::isfinite(v)) continue;
       const bool flag = s < flagged.size() && i < flagged[s].size() && flagged[s][i];
-      svg << "<circle cx='" << x_of(i) << "' cy='" << y_of(v) << "' r='" << (flag ? 6 : 3) << "' fill='"
-          << (flag ? "none" : color) << "' stroke='" << (flag ? "#d00" : color) << "' stroke-width='"
-          << (flag ? 2.5 : 1) << "'><title>" << escape(series[s].name) << " at " << escape(points[i]) << ": "
-          << number(v) << (flag ? " (flagged by the gate)" : "") << "</title></circle>\n";
+      svg << "<circle cx='" << x_of(i) << "' cy='" << y_of(v) << "' r='" << (flag ? 6 : 3)
+          << "' fill='" << (flag ? "none" : color) << "' stroke='" << (flag ? "#d00" : color)
+          << "' stroke-width='" << (flag ? 2.5 : 1) << "'><title>" << escape(series[s].name)
+          << " at " << escape(points[i]) << ": " << number(v)
+          << (flag ? " (flagged by the gate)" : "") << "</title></circle>\n";
     }
-    svg << "<line x1='" << left << "' x2='" << left + 20 << "' y1='" << legend_top + 16.0 * s - 4 << "' y2='"
-        << legend_top + 16.0 * s - 4 << "' stroke='" << color << "' stroke-width='2'" << dash << "/><text x='"
-        << left + 26 << "' y='" << legend_top + 16.0 * s << "'>" << escape(series[s].name) << "</text>\n";
+    svg << "<line x1='" << left << "' x2='" << left + 20 << "' y1='" << legend_top + 16.0 * s - 4
+        << "' y2='" << legend_top + 16.0 * s - 4 << "' stroke='" << color << "' stroke-width='2'"
+        << dash << "/><text x='" << left + 26 << "' y='" << legend_top + 16.0 * s << "'>"
+        << escape(series[s].name) << "</text>\n";
   }
   svg << "<line x1='" << left << "' x2='" << left << "' y1='" << top << "' y2='" << top + plot_h
-      << "' stroke='#333'/>\n<line x1='" << left << "' x2='" << left + plot_w << "' y1='" << top + plot_h
-      << "' y2='" << top + plot_h << "' stroke='#333'/>\n";
-  svg << "<text transform='translate(16," << top + plot_h / 2 << ") rotate(-90)' text-anchor='middle'>"
-      << escape(y_label) << "</text>\n<text x='" << left + plot_w / 2 << "' y='" << top + plot_h + 60
-      << "' text-anchor='middle'>" << escape(x_label) << "</text>\n</svg>\n";
+      << "' stroke='#333'/>\n<line x1='" << left << "' x2='" << left + plot_w << "' y1='"
+      << top + plot_h << "' y2='" << top + plot_h << "' stroke='#333'/>\n";
+  svg << "<text transform='translate(16," << top + plot_h / 2
+      << ") rotate(-90)' text-anchor='middle'>" << escape(y_label) << "</text>\n<text x='"
+      << left + plot_w / 2 << "' y='" << top + plot_h + 60 << "' text-anchor='middle'>"
+      << escape(x_label) << "</text>\n</svg>\n";
   return svg.str();
 }
 

@@ -25,8 +25,9 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
 /// breaks its line). `flagged[s][i]` marks series s's point i with a red ring (a point a gate
 /// flagged); empty when nothing is flagged.
 std::string line_chart(const std::string& title, const std::vector<std::string>& points,
-                       const std::vector<Series>& series, const std::vector<std::vector<bool>>& flagged,
-                       const std::string& x_label, const std::string& y_label);
+                       const std::vector<Series>& series,
+                       const std::vector<std::vector<bool>>& flagged, const std::string& x_label,
+                       const std::string& y_label);
 
 /// Escape text for HTML and SVG.
 std::string escape(const std::string& text);

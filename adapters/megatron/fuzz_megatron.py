@@ -6,8 +6,10 @@ unsupported counts, failures with their repro directories). Exit status 1 when a
     python adapters/megatron/fuzz_megatron.py --backend fused --seconds 60   # CUDA + Triton
 
 Needs the mlarope package (pip install .) and megatron-core (requirements.txt, or its files
-unpacked on PYTHONPATH, as ci/gpu-check.sh does); ``unfused`` runs on the host, ``fused`` needs a GPU.
+unpacked on PYTHONPATH, as ci/gpu-check.sh does); ``unfused`` runs on the host, ``fused`` needs a
+GPU.
 """
+
 import argparse
 import os
 import sys
@@ -19,24 +21,38 @@ import mlarope  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=["unfused", "fused"], required=True,
-                        help="unfused: rope_utils' PyTorch path (f32, out of place); fused: the Triton MLA kernels")
+    parser.add_argument(
+        "--backend",
+        choices=["unfused", "fused"],
+        required=True,
+        help="unfused: rope_utils' PyTorch path (f32, out of place); fused: the Triton MLA kernels",
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="time budget (default 60)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the run (default 1)")
-    parser.add_argument("--out", default="megatron-fuzz-out", help="fuzz.json and failures/ go here")
+    parser.add_argument(
+        "--out", default="megatron-fuzz-out", help="fuzz.json and failures/ go here"
+    )
     args = parser.parse_args()
     import megatron_sources
 
     print(f"megatron-core {megatron_sources.load().version}, backend {args.backend}", flush=True)
     if args.backend == "unfused":
         from megatron_unfused import MegatronUnfused
-        backend, narrow = MegatronUnfused(), dict(ops=["rope", "rope_backward"], dtypes=["f32"],
-                                                  table_dtypes=["f32"], in_place=False)
+
+        backend, narrow = (
+            MegatronUnfused(),
+            dict(
+                ops=["rope", "rope_backward"], dtypes=["f32"], table_dtypes=["f32"], in_place=False
+            ),
+        )
     else:
         from megatron_fused import MegatronFusedMLA
+
         backend, narrow = MegatronFusedMLA(device="cuda"), dict(layouts="interleaved/half/*")
     try:
-        result = mlarope.fuzz(backend, seconds=args.seconds, seed=args.seed, out=args.out, quiet=True, **narrow)
+        result = mlarope.fuzz(
+            backend, seconds=args.seconds, seed=args.seed, out=args.out, quiet=True, **narrow
+        )
     except mlarope.FuzzFailure as failure:
         print(failure.result["summary"])
         return 1

@@ -12,8 +12,9 @@ Megatron's two entry points and how our calls (docs/semantics.md) map onto them:
 - ``fused_apply_mla_rope_for_kv(kv, k_pos_emb, cos, sin, emb_dim, k_dim, v_dim, cu_seqlens, ...)``
   returns key = [k_nope, rope(k_pe)] and value: our kv_split; kv_split_backward is autograd;
 - tables: Megatron reads ``cos[row * emb_dim + j]``, halves [f, f] (the half table layout).
-  An interleaved table is permuted into that layout (exact), ``inverse`` negates sin (docs/semantics.md §3,
-  exact), and the rows are SBHD's ``s`` or THD's position within its sequence;
+  An interleaved table is permuted into that layout (exact), ``inverse`` negates sin
+  (docs/semantics.md §3, exact), and the rows are SBHD's ``s`` or THD's position within its
+  sequence;
 - SBHD context parallelism: Megatron slices the table on the host for each rank
   (``get_pos_emb_on_this_cp_rank``); the adapter calls that function, as Megatron's model does;
 - declined, with the reason: other pair layouts, position ids, sequence offsets, the packed
@@ -27,6 +28,7 @@ Megatron's two entry points and how our calls (docs/semantics.md) map onto them:
 The harness's buffers are host NumPy views: the adapter copies inputs to the GPU (keeping their
 strides) and results back, so the input-immutability check sees the host copies only.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,8 +56,14 @@ def _device_copy(a: np.ndarray, dtype: str, device: str, contiguous: bool = Fals
 class MegatronFusedMLA:
     """The backend: ``rope`` (rope, rope_backward), ``kv_split`` and ``kv_split_backward``."""
 
-    def __init__(self, device: str = "cuda", q_fn=None, kv_fn=None, decline_padding: bool | None = None,
-                 contiguous: bool = False):
+    def __init__(
+        self,
+        device: str = "cuda",
+        q_fn=None,
+        kv_fn=None,
+        decline_padding: bool | None = None,
+        contiguous: bool = False,
+    ):
         self.device = device
         # THD rows past cu_seqlens[-1]: Megatron's q kernel looks their sequence up past the end
         # of cu_seqlens and reads its table out of bounds (an illegal memory access on an H200,
@@ -80,41 +88,72 @@ class MegatronFusedMLA:
 
     def _decline(self, call) -> str | None:
         if self.lost:
-            return f"not run: the CUDA context was lost to an illegal memory access in an earlier call ({self.lost})"
+            return (
+                "not run: the CUDA context was lost to an illegal memory access in an earlier call "
+                f"({self.lost})"
+            )
         if (call.in_layout, call.out_layout) != ("interleaved", "half"):
             return "Megatron's fused MLA kernels read interleaved pairs and write half ones only"
         if call.position_ids is not None or call.seq_offsets is not None:
             return "Megatron's fused MLA kernels take no position ids or sequence offsets"
         if call.layout == "thd" and call.freq_mode == "packed":
-            return "packed frequency mode: the fused kernels index the table by the position in a sequence"
+            return (
+                "packed frequency mode: the fused kernels index the table by the position in a "
+                "sequence"
+            )
         if not _power_of_two(call.emb_dim // 2) or call.emb_dim % 4:
-            return "emb_dim / 2 not a power of two, or emb_dim % 4 != 0 (Triton's tl.arange; Megatron's assert)"
+            return (
+                "emb_dim / 2 not a power of two, or emb_dim % 4 != 0 "
+                "(Triton's tl.arange; Megatron's assert)"
+            )
         kv = call.op in ("kv_split", "kv_split_backward")
         if kv and not (_power_of_two(call.k_dim) and _power_of_two(call.v_dim)):
             return "k_dim or v_dim not a power of two (Triton's tl.arange)"
         if kv and call.inputs[0].shape[-2] == 0 and call.layout == "sbhd":
-            return "no heads: Megatron's SBHD kv path views kv as [-1, H, D], which H = 0 cannot take"
+            return (
+                "no heads: Megatron's SBHD kv path views kv as [-1, H, D], which H = 0 cannot take"
+            )
         heads = call.inputs[0].shape[-2]
-        if self.device != "cpu" and heads > 1 and not (heads <= 128 and heads & (heads - 1) == 0) and heads % 128:
-            return ("head count neither a power of two up to 128 nor a multiple of 128: the kernels' head mask "
-                    "ignores the block's first head (a finding)")
+        if (
+            self.device != "cpu"
+            and heads > 1
+            and not (heads <= 128 and heads & (heads - 1) == 0)
+            and heads % 128
+        ):
+            return (
+                "head count neither a power of two up to 128 nor a multiple of 128: "
+                "the kernels' head mask ignores the block's first head (a finding)"
+            )
         if call.op == "rope_backward" and call.in_place:
             return "Megatron's backward runs through autograd, out of place"
         if call.layout == "thd":
             lengths = np.diff(call.cu_seqlens.astype(np.int64))
             step = 2 * call.cp_size if call.cp_size > 1 else 1
-            if (lengths < 0).any() or (lengths % step).any() or (lengths // call.cp_size).sum() > call.inputs[0].shape[0]:
+            if (
+                (lengths < 0).any()
+                or (lengths % step).any()
+                or (lengths // call.cp_size).sum() > call.inputs[0].shape[0]
+            ):
                 return "invalid cu_seqlens: Megatron does not check them"
             if self.decline_padding and (lengths // call.cp_size).sum() < call.inputs[0].shape[0]:
-                return "THD padding rows: Megatron's q kernel reads the table out of bounds for them (a finding)"
+                return (
+                    "THD padding rows: Megatron's q kernel reads the table out of bounds for them "
+                    "(a finding)"
+                )
         else:
             x = call.inputs[0]
             if x.ndim == 4 and x.shape[1] > 1 and x.strides[0] != x.shape[1] * x.strides[1]:
                 return "SBHD rows not evenly spaced: Megatron views the input as [S * B, H, D]"
             if call.cp_size > 1 and self.device == "cpu":
-                return "SBHD context parallelism on the host: Megatron's get_pos_emb_on_this_cp_rank needs CUDA"
+                return (
+                    "SBHD context parallelism on the host: "
+                    "Megatron's get_pos_emb_on_this_cp_rank needs CUDA"
+                )
             if call.cp_size > 1 and call.cos.shape[0] < x.shape[0] * call.cp_size:
-                return "SBHD context parallelism with fewer table rows than S x cp_size: Megatron slices the global table"
+                return (
+                    "SBHD context parallelism with fewer table rows than S x cp_size: "
+                    "Megatron slices the global table"
+                )
         return None
 
     # ---- the ops -------------------------------------------------------------------------------
@@ -128,8 +167,10 @@ class MegatronFusedMLA:
         except Exception as e:
             if "illegal memory access" in str(e) or "CUDA error" in str(e):
                 x = call.inputs[0]
-                self.lost = (f"{call.op} {call.layout} {call.dtype} {'in place ' if call.in_place else ''}"
-                             f"shape {tuple(x.shape)} strides {tuple(x.strides)}")
+                self.lost = (
+                    f"{call.op} {call.layout} {call.dtype} {'in place ' if call.in_place else ''}"
+                    f"shape {tuple(x.shape)} strides {tuple(x.strides)}"
+                )
             raise
 
     def _tables(self, call):
@@ -137,15 +178,18 @@ class MegatronFusedMLA:
         d = call.emb_dim
         tables = []
         for a, sign in ((call.cos, 1.0), (call.sin, -1.0 if call.inverse else 1.0)):
-            t = to_torch(np.ascontiguousarray(a.reshape(a.shape[0], d)), call.table_dtype).to(self.device)
+            t = to_torch(np.ascontiguousarray(a.reshape(a.shape[0], d)), call.table_dtype).to(
+                self.device
+            )
             if call.table_layout == "interleaved":
                 t = torch.cat([t[:, 0::2], t[:, 1::2]], dim=-1)
             t = (t * sign if sign < 0 else t).contiguous()[:, None, None, :]
             if call.layout == "sbhd":
                 s = call.inputs[0].shape[0]
                 if call.cp_size > 1:  # Megatron's model slices the global table per rank
-                    t = self.rope_utils.get_pos_emb_on_this_cp_rank(t[: s * call.cp_size], 0,
-                                                                    _Group(call.cp_size, call.cp_rank))
+                    t = self.rope_utils.get_pos_emb_on_this_cp_rank(
+                        t[: s * call.cp_size], 0, _Group(call.cp_size, call.cp_rank)
+                    )
                 t = t[:s]
             tables.append(t.contiguous())
         return tables
@@ -166,7 +210,9 @@ class MegatronFusedMLA:
         cu = self._cu(call)
 
         def rotate(x):  # in place on x (Megatron's contract), returns it
-            return self.q_fn(x, cos, sin, call.nope_dim, call.emb_dim, cu, call.cp_rank, call.cp_size)
+            return self.q_fn(
+                x, cos, sin, call.nope_dim, call.emb_dim, cu, call.cp_rank, call.cp_size
+            )
 
         x = _device_copy(t, dtype, self.device, self.contiguous)
         if call.op == "rope":
@@ -185,9 +231,18 @@ class MegatronFusedMLA:
         if key.size == 0 and value.size == 0:
             return
         cos, sin = self._tables(call)
-        result = self.kv_fn(_device_copy(kv, call.dtype, self.device), _device_copy(k_pe, call.dtype, self.device),
-                            cos, sin, call.emb_dim, call.k_dim, call.v_dim, self._cu(call), call.cp_rank,
-                            call.cp_size)
+        result = self.kv_fn(
+            _device_copy(kv, call.dtype, self.device),
+            _device_copy(k_pe, call.dtype, self.device),
+            cos,
+            sin,
+            call.emb_dim,
+            call.k_dim,
+            call.v_dim,
+            self._cu(call),
+            call.cp_rank,
+            call.cp_size,
+        )
         write(key, result[0].cpu().reshape(key.shape), call.dtype)
         write(value, result[1].cpu().reshape(value.shape), call.dtype)
 
@@ -197,14 +252,30 @@ class MegatronFusedMLA:
     def _kv_split_backward(self, call):
         grad_key, grad_value = call.inputs
         grad_kv, grad_k_pe = call.outputs
-        if grad_kv.size == 0 and grad_k_pe.size == 0:  # with no heads, grad_k_pe is still written (zeros)
+        if (
+            grad_kv.size == 0 and grad_k_pe.size == 0
+        ):  # with no heads, grad_k_pe is still written (zeros)
             return
         cos, sin = self._tables(call)
-        kv = torch.zeros(grad_kv.shape, dtype=to_torch(grad_key, call.dtype).dtype, device=self.device,
-                         requires_grad=True)
+        kv = torch.zeros(
+            grad_kv.shape,
+            dtype=to_torch(grad_key, call.dtype).dtype,
+            device=self.device,
+            requires_grad=True,
+        )
         k_pe = torch.zeros(grad_k_pe.shape, dtype=kv.dtype, device=self.device, requires_grad=True)
-        key, value = self.kv_fn(kv, k_pe, cos, sin, call.emb_dim, call.k_dim, call.v_dim, self._cu(call),
-                                call.cp_rank, call.cp_size)
+        key, value = self.kv_fn(
+            kv,
+            k_pe,
+            cos,
+            sin,
+            call.emb_dim,
+            call.k_dim,
+            call.v_dim,
+            self._cu(call),
+            call.cp_rank,
+            call.cp_size,
+        )
         gk = _device_copy(grad_key, call.dtype, self.device).reshape(key.shape)
         gv = _device_copy(grad_value, call.dtype, self.device).reshape(value.shape)
         d_kv, d_k_pe = torch.autograd.grad((key, value), (kv, k_pe), grad_outputs=(gk, gv))

@@ -12,6 +12,7 @@ import from megatron.core but that the RoPE code does not use on these paths are
   function), ``deprecate_inference_params`` (unused by RoPE);
 - ``megatron.core.transformer``: ``TransformerConfig``, a type named in annotations only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,7 +35,9 @@ def _package(name: str, path: str | None) -> types.ModuleType:
 def _find_root() -> str:
     spec = importlib.util.find_spec("megatron")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError(f"megatron-core is not installed (pip install --no-deps megatron-core=={VERSION})")
+        raise ImportError(
+            f"megatron-core is not installed (pip install --no-deps megatron-core=={VERSION})"
+        )
     return os.path.join(list(spec.submodule_search_locations)[0], "core")
 
 
@@ -54,12 +57,17 @@ def load():
         sys.modules["megatron.core.transformer"] = transformer
         for sub in ("models", "models.common", "fusions"):
             _package(f"megatron.core.{sub}", os.path.join(core, *sub.split(".")))
-        _package("megatron.core.models.common.embeddings", os.path.join(core, "models", "common", "embeddings"))
+        _package(
+            "megatron.core.models.common.embeddings",
+            os.path.join(core, "models", "common", "embeddings"),
+        )
     from importlib.metadata import version
 
     ns = types.SimpleNamespace()
     ns.rope_utils = importlib.import_module("megatron.core.models.common.embeddings.rope_utils")
-    ns.yarn = importlib.import_module("megatron.core.models.common.embeddings.yarn_rotary_pos_embedding")
+    ns.yarn = importlib.import_module(
+        "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding"
+    )
     ns.version = version("megatron-core")
     return ns
 

@@ -24,11 +24,13 @@ way Megatron's MLA layer calls it, and declines (with the reason) what has no co
 - kv_split and its backward are not provided (rope_utils has no kv entry point);
 - declined: in place (no in-place form), f16/bf16
   activations (Megatron's unfused path rounds every product to the activation dtype, outside
-  the f32 tolerance model (docs/architecture.md): see docs/megatron.md's findings; ``low_precision=True`` runs them
-  anyway), tables in a dtype other than f32 (Megatron rounds its table to the activation dtype),
-  SBHD context parallelism on the host (Megatron slices the table through CUDA), position ids,
-  sequence offsets, padding rows and invalid cu_seqlens (Megatron does not check them).
+  the f32 tolerance model (docs/architecture.md): see docs/megatron.md's findings;
+  ``low_precision=True`` runs them anyway), tables in a dtype other than f32 (Megatron rounds
+  its table to the activation dtype), SBHD context parallelism on the host (Megatron slices the
+  table through CUDA), position ids, sequence offsets, padding rows and invalid cu_seqlens
+  (Megatron does not check them).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -86,7 +88,7 @@ def table_angles(call):
     cos = values(call.cos.reshape(call.cos.shape[0], d), dtype)
     sin = values(call.sin.reshape(call.sin.shape[0], d), dtype)
     if call.table_layout == "half":
-        pairs = [(x[:, : d // 2], x[:, d // 2:]) for x in (cos, sin)]
+        pairs = [(x[:, : d // 2], x[:, d // 2 :]) for x in (cos, sin)]
     else:
         pairs = [(x[:, 0::2], x[:, 1::2]) for x in (cos, sin)]
     if any(not np.array_equal(a, b) for a, b in pairs):
@@ -99,11 +101,19 @@ def table_angles(call):
     if not mscale > 0 or np.abs(radius - mscale).max() > 4 * _EPS[dtype] * mscale:
         return None, "the table is not cos/sin of angles times one mscale (Megatron takes angles)"
     angles = np.arctan2(s, c)
-    if dtype != "f32":  # Megatron rounds cos(angle) * mscale to the dtype: it must give the table back
-        again = [torch.from_numpy(f(angles) * mscale).to(_TORCH_DTYPE[dtype]).double().numpy()
-                 for f in (np.cos, np.sin)]
+    if (
+        dtype != "f32"
+    ):  # Megatron rounds cos(angle) * mscale to the dtype: it must give the table back
+        again = [
+            torch.from_numpy(f(angles) * mscale).to(_TORCH_DTYPE[dtype]).double().numpy()
+            for f in (np.cos, np.sin)
+        ]
         if not (np.array_equal(again[0], c) and np.array_equal(again[1], s)):
-            return None, f"Megatron's rounding of cos/sin(angle) * mscale to {dtype} does not give this table"
+            return (
+                None,
+                f"Megatron's rounding of cos/sin(angle) * mscale to {dtype} "
+                "does not give this table",
+            )
     return angles, mscale
 
 
@@ -129,10 +139,15 @@ class MegatronUnfused:
         if call.in_place:
             return False, "Megatron's unfused rope has no in-place form"
         if call.dtype != "f32" and not self.low_precision:
-            return False, (f"{call.dtype} activations: Megatron's unfused path rounds each product to "
-                           f"{call.dtype}, outside the f32 tolerance model (docs/megatron.md, finding 1)")
+            return False, (
+                f"{call.dtype} activations: Megatron's unfused path rounds each product to "
+                f"{call.dtype}, outside the f32 tolerance model (docs/megatron.md, finding 1)"
+            )
         if call.table_dtype != call.dtype:
-            return False, f"a {call.table_dtype} table: Megatron rounds its table to the activation dtype"
+            return (
+                False,
+                f"a {call.table_dtype} table: Megatron rounds its table to the activation dtype",
+            )
         if (call.in_layout, call.out_layout) == ("half", "interleaved"):
             return False, "no Megatron mode reads half pairs and writes interleaved ones"
         if call.position_ids is not None or call.seq_offsets is not None:
@@ -142,10 +157,16 @@ class MegatronUnfused:
         if call.layout == "thd":
             cu = call.cu_seqlens.astype(np.int64)
             lengths = np.diff(cu)
-            if (lengths < 0).any() or (lengths % (2 * call.cp_size if call.cp_size > 1 else 1)).any():
+            if (lengths < 0).any() or (
+                lengths % (2 * call.cp_size if call.cp_size > 1 else 1)
+            ).any():
                 return False, "invalid cu_seqlens: Megatron does not check them"
             if (lengths // call.cp_size).sum() != call.inputs[0].shape[0]:
-                return False, "THD padding rows: Megatron's torch.split needs the sequences to cover every row"
+                return (
+                    False,
+                    "THD padding rows: Megatron's torch.split needs the sequences "
+                    "to cover every row",
+                )
             if call.freq_mode == "per_sequence" and call.cos.shape[0] < (lengths.max(initial=0)):
                 return False, "the table is shorter than the longest sequence"
         angles, why = table_angles(call)
@@ -169,11 +190,14 @@ class MegatronUnfused:
         n = call.nope_dim
 
         def rotate(x):  # Megatron's rope on the rope slice
-            return self.megatron.rope_utils.apply_rotary_pos_emb(x, freqs, config, cu_seqlens=cu,
-                                                                 mscale=mscale, cp_group=group)
+            return self.megatron.rope_utils.apply_rotary_pos_emb(
+                x, freqs, config, cu_seqlens=cu, mscale=mscale, cp_group=group
+            )
 
         x = to_torch(t, dtype)
-        write(out[..., :n], x[..., :n], dtype)  # the nope part: copied, as Megatron's MLA layer does
+        write(
+            out[..., :n], x[..., :n], dtype
+        )  # the nope part: copied, as Megatron's MLA layer does
         if call.op == "rope":
             write(out[..., n:], rotate(x[..., n:]), dtype)
         else:  # the adjoint: autograd through the same forward
@@ -214,11 +238,21 @@ class MegatronWithCosSin:
         self.megatron = megatron_sources.load()
 
     def supports(self, call):
-        ok = (call.op == "rope" and not call.in_place and call.layout == "sbhd" and call.dtype == "f32"
-              and call.table_dtype == "f32" and call.cp_size == 1 and call.seq_offsets is None
-              and call.in_layout == call.out_layout)
+        ok = (
+            call.op == "rope"
+            and not call.in_place
+            and call.layout == "sbhd"
+            and call.dtype == "f32"
+            and call.table_dtype == "f32"
+            and call.cp_size == 1
+            and call.seq_offsets is None
+            and call.in_layout == call.out_layout
+        )
         if not ok:
-            return False, "apply_rotary_pos_emb_with_cos_sin: SBHD f32 rope out of place, no CP or offsets"
+            return (
+                False,
+                "apply_rotary_pos_emb_with_cos_sin: SBHD f32 rope out of place, no CP or offsets",
+            )
         angles, why = table_angles(call)
         return (angles is not None and True), why or ""
 
@@ -234,5 +268,6 @@ class MegatronWithCosSin:
         x = to_torch(t, "f32")
         write(out[..., :n], x[..., :n], "f32")
         y = self.megatron.rope_utils.apply_rotary_pos_emb_with_cos_sin(
-            x[..., n:], cos, sin, rotary_interleaved=call.in_layout == "interleaved")
+            x[..., n:], cos, sin, rotary_interleaved=call.in_layout == "interleaved"
+        )
         write(out[..., n:], y, "f32")

@@ -8,6 +8,7 @@ with C-order copies (does the finding depend on the strides?); print every check
 Needs a GPU with torch and triton, the mlarope package and megatron-core on PYTHONPATH.
 Exit status 1 when a case fails or its process dies.
 """
+
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def replay_one(case_dir: str, contiguous: bool) -> int:
     # Nothing declined on purpose: a repro of THD padding rows runs them.
     backend = MegatronFusedMLA(device="cuda", contiguous=contiguous, decline_padding=False)
     result = mlarope.check(backend, case_dir)
-    for check, outcome, line in result["results"]:
+    for _check, _outcome, line in result["results"]:
         print(f"  {line}", flush=True)
     return 0 if result["ok"] else 1
 
@@ -37,8 +38,13 @@ def main() -> int:
     for case_dir in sys.argv[1:]:
         for copies in ("strided", "contiguous"):
             print(f"{case_dir} ({copies} device copies):", flush=True)
-            rc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", copies, case_dir]).returncode
-            print(f"  -> {'ok' if rc == 0 else 'FAILED' if rc == 1 else f'process died (rc {rc})'}", flush=True)
+            rc = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--one", copies, case_dir]
+            ).returncode
+            print(
+                f"  -> {'ok' if rc == 0 else 'FAILED' if rc == 1 else f'process died (rc {rc})'}",
+                flush=True,
+            )
             worst = max(worst, 1 if rc else 0)
     return worst
 

@@ -5,13 +5,13 @@ adapter, its YaRN tables against ours, and the findings kept by their repro dire
 Run by ci/python-test.sh (after `pip install .` and megatron-core); the fuzz summaries, with the
 supported and unsupported counts, are printed into the CI log.
 """
+
 import math
 import os
 import random
 import re
 
 import numpy as np
-import pytest
 import torch
 
 import megatron_sources
@@ -36,30 +36,55 @@ def show(capsys, title: str, summary: str) -> None:
 
 def test_unfused_fuzz_is_clean_where_megatron_maps(tmp_path, capsys):
     # Narrowed to what the unfused path can take (f32, out of place), so most of the budget runs.
-    result = mlarope.fuzz(MegatronUnfused(), cases=budget(18000), seed=1, out=str(tmp_path),
-                          ops=["rope", "rope_backward"], dtypes=["f32"], table_dtypes=["f32"],
-                          in_place=False, quiet=True)
-    show(capsys, f"megatron-core {megatron_sources.load().version} unfused rope, f32", result["summary"])
+    result = mlarope.fuzz(
+        MegatronUnfused(),
+        cases=budget(18000),
+        seed=1,
+        out=str(tmp_path),
+        ops=["rope", "rope_backward"],
+        dtypes=["f32"],
+        table_dtypes=["f32"],
+        in_place=False,
+        quiet=True,
+    )
+    show(
+        capsys,
+        f"megatron-core {megatron_sources.load().version} unfused rope, f32",
+        result["summary"],
+    )
     assert result["failing_cases"] == 0
     ran = re.search(r"\((\d+) of \d+ cases ran\)", result["summary"])
-    assert ran and int(ran.group(1)) >= budget(1000), "too few cases ran through Megatron to mean anything"
+    assert ran and int(ran.group(1)) >= budget(1000), (
+        "too few cases ran through Megatron to mean anything"
+    )
 
 
 def test_unfused_census_over_every_op_and_dtype(tmp_path, capsys):
     # The whole space: what Megatron's unfused path cannot take is counted, with the reason.
-    result = mlarope.fuzz(MegatronUnfused(), cases=budget(7000), seed=2, out=str(tmp_path), quiet=True)
+    result = mlarope.fuzz(
+        MegatronUnfused(), cases=budget(7000), seed=2, out=str(tmp_path), quiet=True
+    )
     show(capsys, "megatron unfused rope: every op, dtype and flag", result["summary"])
     assert result["failing_cases"] == 0
-    for reason in ("kv_split is not provided", "no in-place form", "bf16 activations", "docs/megatron.md, finding 1"):
+    for reason in (
+        "kv_split is not provided",
+        "no in-place form",
+        "bf16 activations",
+        "docs/megatron.md, finding 1",
+    ):
         assert reason in result["summary"]
 
 
 def yarn_params(rng: random.Random) -> dict:
-    return dict(rotary_base=rng.choice([10000.0, 500000.0, rng.uniform(100, 1e6)]),
-                scaling_factor=rng.choice([1.0, 4.0, 40.0, rng.uniform(0.5, 100)]),
-                original_max_position_embeddings=rng.choice([64, 4096, rng.randint(16, 100000)]),
-                beta_fast=rng.uniform(4, 64), beta_slow=rng.uniform(0.25, 4), mscale=rng.uniform(0.1, 2),
-                mscale_all_dim=rng.choice([0.0, 1.0, rng.uniform(0, 2)]))
+    return dict(
+        rotary_base=rng.choice([10000.0, 500000.0, rng.uniform(100, 1e6)]),
+        scaling_factor=rng.choice([1.0, 4.0, 40.0, rng.uniform(0.5, 100)]),
+        original_max_position_embeddings=rng.choice([64, 4096, rng.randint(16, 100000)]),
+        beta_fast=rng.uniform(4, 64),
+        beta_slow=rng.uniform(0.25, 4),
+        mscale=rng.uniform(0.1, 2),
+        mscale_all_dim=rng.choice([0.0, 1.0, rng.uniform(0, 2)]),
+    )
 
 
 class _OneRank:
@@ -86,11 +111,17 @@ def test_yarn_tables_match_megatron():
     eps = 2.0**-23
     worst = 0.0
     for _ in range(150):
-        d, rows, offset = 2 * rng.randint(1, 128), rng.randint(1, 3000), rng.choice([0, rng.randint(0, 5000)])
+        d, rows, offset = (
+            2 * rng.randint(1, 128),
+            rng.randint(1, 3000),
+            rng.choice([0, rng.randint(0, 5000)]),
+        )
         p = yarn_params(rng)
         embedding = Y.YarnRotaryEmbedding(d, use_cpu_initialization=True, cp_group=_OneRank(), **p)
-        theirs = [x.reshape(rows, d).double().numpy()
-                  for x in embedding.get_cached_cos_sin(rows, offset=offset, dtype=torch.float32)]
+        theirs = [
+            x.reshape(rows, d).double().numpy()
+            for x in embedding.get_cached_cos_sin(rows, offset=offset, dtype=torch.float32)
+        ]
         ours = mlarope.yarn_tables(rows, d, offset=offset, **p)
         # The angles per pair, from our own table at position 1 (concentration 1).
         c1, s1 = mlarope.yarn_tables(2, d, concentration=1.0, **p)
@@ -100,9 +131,13 @@ def test_yarn_tables_match_megatron():
         allowed = abs(m) * eps * ((math.log(p["rotary_base"]) / 2 + 4) * np.abs(theta) + 2)
         for o, t in zip(ours, theirs):
             ratio = np.abs(o.astype(np.float64) - t) / allowed
-            assert ratio.max() <= 1.0, f"{p} d={d} rows={rows} offset={offset}: {ratio.max():.2f} of the tolerance"
+            assert ratio.max() <= 1.0, (
+                f"{p} d={d} rows={rows} offset={offset}: {ratio.max():.2f} of the tolerance"
+            )
             worst = max(worst, float(ratio.max()))
-    assert worst > 0.05, "the comparison is not sensitive: Megatron and ours agree too exactly to trust"
+    assert worst > 0.05, (
+        "the comparison is not sensitive: Megatron and ours agree too exactly to trust"
+    )
 
 
 def finding(name: str) -> str:
@@ -120,7 +155,11 @@ def test_finding_1_bf16_products_rounded():
     # activation dtype) pass.
     report = mlarope.check(MegatronUnfused(low_precision=True), finding("bf16_unfused_rounding"))
     outcomes = results(report)
-    assert outcomes["value"] == "fail" and outcomes["round_trip"] == "pass" and outcomes["adjoint"] == "pass"
+    assert (
+        outcomes["value"] == "fail"
+        and outcomes["round_trip"] == "pass"
+        and outcomes["adjoint"] == "pass"
+    )
 
 
 def test_finding_2_with_cos_sin_takes_cos_of_cos():
@@ -145,6 +184,7 @@ def test_adapter_declines_by_name():
 # rotary_fwd_kv_kernel: the row each program reads, interleaved in, half out, the key and value
 # split), so that a wrong mapping in the adapter shows before a device is lent.
 
+
 def _rows(total: int, cu, cp_rank: int, cp_size: int, batch: int):
     """The table row each program of Megatron's kernels reads (its _get_thd_token_idx)."""
     if cu is None:
@@ -158,8 +198,11 @@ def _rows(total: int, cu, cp_rank: int, cp_size: int, batch: int):
             continue
         idx, length = pid - local[seq], local[seq + 1] - local[seq]
         if cp_size > 1:
-            idx = idx + cp_rank * length // 2 if idx < length // 2 else \
-                (idx - length // 2) + (2 * cp_size - cp_rank - 1) * length // 2
+            idx = (
+                idx + cp_rank * length // 2
+                if idx < length // 2
+                else (idx - length // 2) + (2 * cp_size - cp_rank - 1) * length // 2
+            )
         rows.append(idx)
     return torch.tensor(rows, dtype=torch.long)
 
@@ -186,7 +229,9 @@ def _adjoint(g, cos, sin, rows, emb_dim):
     c, s = _table_rows(cos, sin, rows, emb_dim, g.dim())
     h = emb_dim // 2
     gu, gv = g[..., :h].float(), g[..., h:].float()
-    return torch.stack([gu * c[..., :h] + gv * s[..., h:], gv * c[..., h:] - gu * s[..., :h]], dim=-1).flatten(-2)
+    return torch.stack(
+        [gu * c[..., :h] + gv * s[..., h:], gv * c[..., h:] - gu * s[..., :h]], dim=-1
+    ).flatten(-2)
 
 
 class _StandInQ(torch.autograd.Function):
@@ -196,7 +241,9 @@ class _StandInQ(torch.autograd.Function):
     def forward(ctx, t, cos, sin, qk_head_dim, emb_dim, cu, cp_rank, cp_size):
         flat = t.view(-1, t.shape[-2], t.shape[-1]) if cu is None else t
         rows = _rows(flat.shape[0], cu, cp_rank, cp_size, t.shape[1] if cu is None else 1)
-        flat[..., qk_head_dim:] = _rotate(flat[..., qk_head_dim:].clone(), cos, sin, rows, emb_dim).to(t.dtype)
+        flat[..., qk_head_dim:] = _rotate(
+            flat[..., qk_head_dim:].clone(), cos, sin, rows, emb_dim
+        ).to(t.dtype)
         ctx.mark_dirty(t)
         ctx.save_for_backward(cos, sin)
         ctx.rows, ctx.qk_head_dim, ctx.emb_dim = rows, qk_head_dim, emb_dim
@@ -226,11 +273,15 @@ class _StandInKV(torch.autograd.Function):
         flat = kv.reshape(int(np.prod(lead)), heads, kv.shape[-1])
         pe = k_pos_emb.reshape(-1, emb_dim)
         rows = _rows(flat.shape[0], cu, cp_rank, cp_size, kv.shape[1] if cu is None else 1)
-        rotated = _rotate(pe, cos, sin, rows, emb_dim).to(kv.dtype)[:, None, :].expand(-1, heads, -1)
+        rotated = (
+            _rotate(pe, cos, sin, rows, emb_dim).to(kv.dtype)[:, None, :].expand(-1, heads, -1)
+        )
         key = torch.cat([flat[..., :k_dim], rotated], dim=-1)
         ctx.save_for_backward(cos, sin)
         ctx.rows, ctx.k_dim, ctx.emb_dim, ctx.pe_shape = rows, k_dim, emb_dim, k_pos_emb.shape
-        return key.reshape(*lead, heads, k_dim + emb_dim), flat[..., k_dim:].reshape(*lead, heads, v_dim)
+        return key.reshape(*lead, heads, k_dim + emb_dim), flat[..., k_dim:].reshape(
+            *lead, heads, v_dim
+        )
 
     @staticmethod
     def backward(ctx, dk, dv):
@@ -249,10 +300,22 @@ def stand_in_kv(kv, k_pos_emb, cos, sin, emb_dim, k_dim, v_dim, cu, cp_rank, cp_
 def test_fused_adapter_maps_every_op_onto_the_kernels_semantics(tmp_path, capsys):
     from megatron_fused import MegatronFusedMLA
 
-    backend = MegatronFusedMLA(device="cpu", q_fn=stand_in_q, kv_fn=stand_in_kv, decline_padding=True)
-    result = mlarope.fuzz(backend, cases=budget(14000), seed=3, out=str(tmp_path), layouts="interleaved/half/*",
-                          quiet=True)
-    show(capsys, "megatron fused MLA adapter on host stand-ins of its Triton kernels", result["summary"])
+    backend = MegatronFusedMLA(
+        device="cpu", q_fn=stand_in_q, kv_fn=stand_in_kv, decline_padding=True
+    )
+    result = mlarope.fuzz(
+        backend,
+        cases=budget(14000),
+        seed=3,
+        out=str(tmp_path),
+        layouts="interleaved/half/*",
+        quiet=True,
+    )
+    show(
+        capsys,
+        "megatron fused MLA adapter on host stand-ins of its Triton kernels",
+        result["summary"],
+    )
     assert result["failing_cases"] == 0
     ran = re.search(r"\((\d+) of \d+ cases ran\)", result["summary"])
     assert ran and int(ran.group(1)) >= budget(300)

@@ -2,6 +2,7 @@
 """Configuring and building the scratch copy (CMake + Ninja, host backend only), and running
 a command with a timeout that kills its whole process group. The build is configured once and
 then rebuilt incrementally, one mutant after another."""
+
 import contextlib
 import json
 import os
@@ -25,8 +26,14 @@ def run_logged(argv, cwd=None, env=None, timeout=None):
     """(returncode or None on timeout, combined output, seconds); the process group is killed on
     timeout."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         code = proc.returncode
@@ -53,7 +60,7 @@ def first_error_lines(output, count=12):
             if line.startswith("FAILED:"):
                 nxt = [j for j in range(k + 1, len(lines)) if re.search(r"\berror\b", lines[j])]
                 start = nxt[0] if nxt else k
-            return "\n".join(lines[start:start + count])
+            return "\n".join(lines[start : start + count])
     return "\n".join(lines[-count:])
 
 
@@ -68,12 +75,20 @@ class Build:
         self.paths = {}
 
     def flags(self, cases_dir):
-        return ["-G", "Ninja", f"-DCMAKE_BUILD_TYPE={self.args.build_type}", "-DMLAROPE_CUDA=OFF",
-                "-DMLAROPE_BENCH=OFF", "-DMLAROPE_PYTHON=OFF", "-DMLAROPE_TESTS=ON",
-                "-DMLAROPE_SANITIZE=OFF", f"-DMLAROPE_CASES_DIR={cases_dir}",
-                # Bounds checks of fixed-size arrays (cheap, unlike ASan): a loop one past a
-                # kernel's local array is a failing check, not a survivor.
-                f"-DCMAKE_CXX_FLAGS={BOUNDS_FLAGS}"] + list(self.args.cmake_arg)
+        return [
+            "-G",
+            "Ninja",
+            f"-DCMAKE_BUILD_TYPE={self.args.build_type}",
+            "-DMLAROPE_CUDA=OFF",
+            "-DMLAROPE_BENCH=OFF",
+            "-DMLAROPE_PYTHON=OFF",
+            "-DMLAROPE_TESTS=ON",
+            "-DMLAROPE_SANITIZE=OFF",
+            f"-DMLAROPE_CASES_DIR={cases_dir}",
+            # Bounds checks of fixed-size arrays (cheap, unlike ASan): a loop one past a
+            # kernel's local array is a failing check, not a survivor.
+            f"-DCMAKE_CXX_FLAGS={BOUNDS_FLAGS}",
+        ] + list(self.args.cmake_arg)
 
     def configure(self, cases_dir, sources_changed=True):
         """Configures the build, unless it was with these flags (then it is regenerated where

@@ -3,6 +3,7 @@
 baseline: all must pass), then each mutant of this shard in turn written into the copy,
 rebuilt, put through the checks cheapest first up to the first failure, and the original text
 restored. results.json is rewritten after every mutant, so an interrupted run can --resume."""
+
 import json
 import os
 import re
@@ -12,8 +13,13 @@ import sys
 import time
 
 from .build import Build, first_error_lines, run_logged
-from .checks import (check_environment, failure_excerpt, fault_anchor_spans, parse_checks,
-                     touches_anchor)
+from .checks import (
+    check_environment,
+    failure_excerpt,
+    fault_anchor_spans,
+    parse_checks,
+    touches_anchor,
+)
 from .common import ToolError, log, write_json
 from .equivalents import equivalents_by_key
 from .report import STATUSES
@@ -24,9 +30,19 @@ from .tree import sync_tree, tree_files
 
 def mutant_record(n, site, diff):
     record = site.as_dict()
-    record.update({"n": n, "diff": diff, "status": None, "check": None, "seconds": 0.0,
-                   "build_seconds": 0.0, "check_seconds": {}, "detail": "",
-                   "skipped_checks": []})
+    record.update(
+        {
+            "n": n,
+            "diff": diff,
+            "status": None,
+            "check": None,
+            "seconds": 0.0,
+            "build_seconds": 0.0,
+            "check_seconds": {},
+            "detail": "",
+            "skipped_checks": [],
+        }
+    )
     return record
 
 
@@ -39,8 +55,10 @@ def run_campaign(args, sites, sample, equivalents, out_dir):
     changed, tree_hash = campaign.copy_tree()
     build_secs = campaign.build_baseline(changed)
     campaign.order_checks(campaign.baseline(tree_hash, build_secs))
-    log(f"setup: {time.monotonic() - t0:.1f} s; {len(mine)} mutants (shard {campaign.shard[0]} "
-        f"of {campaign.shard[1]}, sample of {len(sample)})")
+    log(
+        f"setup: {time.monotonic() - t0:.1f} s; {len(mine)} mutants (shard {campaign.shard[0]} "
+        f"of {campaign.shard[1]}, sample of {len(sample)})"
+    )
     campaign.run_mutants(mine)
     return campaign.results
 
@@ -74,10 +92,12 @@ class Campaign:
         self.lock = open(os.path.join(self.scratch, "lock"), "w")
         try:
             import fcntl
+
             fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise ToolError(f"another ci/mutate.py is using {self.scratch}: give each run its "
-                            "own --scratch")
+            raise ToolError(
+                f"another ci/mutate.py is using {self.scratch}: give each run its own --scratch"
+            ) from None
         except ImportError:
             pass
 
@@ -89,12 +109,16 @@ class Campaign:
         mine = shard_of(self.sample, *self.shard)
         self.checks = parse_checks(args.checks)
         self.cases_dir = os.path.abspath(args.cases_dir)
-        self.values = {"run": self.run_dir, "fuzz_seconds": f"{args.fuzz_seconds:g}",
-                       "fuzz_fast_seconds": f"{args.fuzz_seconds / 2:g}",
-                       "fuzz_seed": str(args.fuzz_seed), "fuzz_jobs": str(args.fuzz_jobs),
-                       "property_scale": f"{args.property_scale:g}",
-                       "cases": self.cases_dir,
-                       "ctest_timeout": str(int(args.check_timeout))}
+        self.values = {
+            "run": self.run_dir,
+            "fuzz_seconds": f"{args.fuzz_seconds:g}",
+            "fuzz_fast_seconds": f"{args.fuzz_seconds / 2:g}",
+            "fuzz_seed": str(args.fuzz_seed),
+            "fuzz_jobs": str(args.fuzz_jobs),
+            "property_scale": f"{args.property_scale:g}",
+            "cases": self.cases_dir,
+            "ctest_timeout": str(int(args.check_timeout)),
+        }
         if args.resume and os.path.exists(self.results_path):
             self.done = self.previous_results()
         self.results = self.results_header()
@@ -112,30 +136,46 @@ class Campaign:
     def results_header(self):
         args = self.args
         command = "python3 ci/mutate.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        return {"tool": "ci/mutate.py", "version": 1,
-                "config": {"command": command, "seed": args.seed, "count": args.count,
-                           "sample": len(self.sample), "shard_index": self.shard[0],
-                           "shard_count": self.shard[1],
-                           "checks": [c.name for c in self.checks],
-                           "fuzz_seconds": args.fuzz_seconds, "fuzz_seed": args.fuzz_seed,
-                           "property_scale": args.property_scale,
-                           "build_type": args.build_type,
-                           "files": sorted({s.file for s in self.sites})},
-                "baseline": None, "mutants": []}
+        return {
+            "tool": "ci/mutate.py",
+            "version": 1,
+            "config": {
+                "command": command,
+                "seed": args.seed,
+                "count": args.count,
+                "sample": len(self.sample),
+                "shard_index": self.shard[0],
+                "shard_count": self.shard[1],
+                "checks": [c.name for c in self.checks],
+                "fuzz_seconds": args.fuzz_seconds,
+                "fuzz_seed": args.fuzz_seed,
+                "property_scale": args.property_scale,
+                "build_type": args.build_type,
+                "files": sorted({s.file for s in self.sites}),
+            },
+            "baseline": None,
+            "mutants": [],
+        }
 
     def copy_tree(self):
         """Syncs the tree into SCRATCH/src (the output and scratch folders left out) and makes
         sure the copy has the sites that were sampled; (files written, tree hash)."""
-        excluded = [os.path.relpath(p, self.root) for p in (self.out_dir, self.scratch)
-                    if os.path.abspath(p).startswith(self.root + os.sep)]
+        excluded = [
+            os.path.relpath(p, self.root)
+            for p in (self.out_dir, self.scratch)
+            if os.path.abspath(p).startswith(self.root + os.sep)
+        ]
         files = tree_files(self.root, excluded)
-        changed, tree_hash = sync_tree(self.root, self.src, files,
-                                       os.path.join(self.scratch, "manifest.json"))
+        changed, tree_hash = sync_tree(
+            self.root, self.src, files, os.path.join(self.scratch, "manifest.json")
+        )
         log(f"scratch: {len(files)} files in {self.src} ({changed} written)")
         copied = [(s.id, s.orig, s.repl, s.text) for s in all_sites(self.src, self.args.globs)]
         if copied != [(s.id, s.orig, s.repl, s.text) for s in self.sites]:
-            raise ToolError("the sources changed between the scan and the copy (someone is "
-                            "editing them?): run again")
+            raise ToolError(
+                "the sources changed between the scan and the copy (someone is "
+                "editing them?): run again"
+            )
         return changed, tree_hash
 
     def build_baseline(self, sources_changed):
@@ -149,8 +189,10 @@ class Campaign:
         log(f"baseline build: ninja {' '.join(targets)}")
         code, out, build_secs = self.build.build(targets)
         if code != 0:
-            raise ToolError("the tree itself does not build (scratch copy, before any mutant):\n"
-                            + first_error_lines(out, 30))
+            raise ToolError(
+                "the tree itself does not build (scratch copy, before any mutant):\n"
+                + first_error_lines(out, 30)
+            )
         log(f"baseline build: {build_secs:.1f} s")
         return build_secs
 
@@ -163,8 +205,9 @@ class Campaign:
                 log(f"check {c.name}: skipped, the build has no target {', '.join(missing)}")
                 continue
             if missing:
-                raise ToolError(f"check {c.name}: the scratch build has no target "
-                                f"{', '.join(missing)}")
+                raise ToolError(
+                    f"check {c.name}: the scratch build has no target {', '.join(missing)}"
+                )
             present.append(c)
         return present
 
@@ -172,8 +215,11 @@ class Campaign:
         """The baseline: the checks' verdict and seconds on the unmutated copy, run here or
         stored by an earlier run on the same sources, checks and values."""
         stamp_path = os.path.join(self.scratch, "baseline.json")
-        stamp_key = {"tree": tree_hash, "checks": [c.name for c in self.checks],
-                     "values": self.values}
+        stamp_key = {
+            "tree": tree_hash,
+            "checks": [c.name for c in self.checks],
+            "values": self.values,
+        }
         baseline = None
         if os.path.exists(stamp_path) and not self.args.rerun_baseline:
             baseline = self.stored_baseline(stamp_path, stamp_key)
@@ -190,8 +236,10 @@ class Campaign:
         if old.get("key") != stamp_key:
             return None
         baseline = old["baseline"]
-        log(f"baseline checks: passed before on these sources ({baseline['check_seconds']:.1f} s), "
-            "not rerun (--rerun-baseline reruns them)")
+        log(
+            f"baseline checks: passed before on these sources ({baseline['check_seconds']:.1f} s), "
+            "not rerun (--rerun-baseline reruns them)"
+        )
         return baseline
 
     def run_baseline_checks(self, build_secs):
@@ -201,9 +249,11 @@ class Campaign:
             code, out, secs = self.run_check(c, self.args.baseline_timeout)
             if code != 0:
                 why = "timed out" if code is None else f"exit status {code}"
-                raise ToolError(f"the tree itself fails check {c.name} ({why}), before any "
-                                f"mutant:\n{out[-4000:]}\n(above: the end of {c.name}'s output; "
-                                "the tree must pass its checks first)")
+                raise ToolError(
+                    f"the tree itself fails check {c.name} ({why}), before any "
+                    f"mutant:\n{out[-4000:]}\n(above: the end of {c.name}'s output; "
+                    "the tree must pass its checks first)"
+                )
             note = _baseline_note(out)
             baseline["checks"].append({"name": c.name, "seconds": round(secs, 2), "note": note})
             log(f"baseline check {c.name}: passed, {secs:.1f} s" + (f" ({note})" if note else ""))
@@ -216,17 +266,22 @@ class Campaign:
         for c in self.checks:
             c.baseline_seconds = seconds_of.get(c.name, 0.0)
         self.checks.sort(key=lambda c: c.baseline_seconds)
-        log("checks in order: "
-            + ", ".join(f"{c.name} ({c.baseline_seconds:.1f} s)" for c in self.checks))
+        log(
+            "checks in order: "
+            + ", ".join(f"{c.name} ({c.baseline_seconds:.1f} s)" for c in self.checks)
+        )
 
     def run_check(self, check, timeout):
         """(exit status or None on timeout, output, seconds) of `check`, run in a fresh
         SCRATCH/run."""
         shutil.rmtree(self.run_dir, ignore_errors=True)
         os.makedirs(self.run_dir)
-        return run_logged(check.command(self.build, {**self.values, "build": self.build.dir}),
-                          cwd=self.run_dir, env=check_environment(check.env, self.values),
-                          timeout=timeout)
+        return run_logged(
+            check.command(self.build, {**self.values, "build": self.build.dir}),
+            cwd=self.run_dir,
+            env=check_environment(check.env, self.values),
+            timeout=timeout,
+        )
 
     # ---- The mutants ----------------------------------------------------------------------------
 
@@ -256,8 +311,10 @@ class Campaign:
         if prior is not None:
             prior["n"] = n
             self.results["mutants"].append(prior)
-            log(f"{progress} {site.id} {site.change()}: {prior['status']} "
-                "(from the previous results, --resume)")
+            log(
+                f"{progress} {site.id} {site.change()}: {prior['status']} "
+                "(from the previous results, --resume)"
+            )
             return
         if entry is not None and not self.args.run_equivalent:
             record.update(status="equivalent", reason=entry["reason"])
@@ -269,13 +326,19 @@ class Campaign:
         self.try_mutant(record, site, spans, path, original, mutated)
         record["seconds"] = round(time.monotonic() - t_mutant, 2)
         if entry is not None and record["status"] in ("killed", "timeout"):
-            record["note"] = (f"listed as equivalent ({entry['where']}) but killed: "
-                              "the entry is wrong")
+            record["note"] = (
+                f"listed as equivalent ({entry['where']}) but killed: the entry is wrong"
+            )
         self.results["mutants"].append(record)
-        by = f" {'in' if record['status'] == 'timeout' else 'by'} {record['check']}" \
-            if record["check"] else ""
-        log(f"{progress} {site.id} {site.change()}: {record['status']}{by} "
-            f"({record['seconds']:.1f} s)")
+        by = (
+            f" {'in' if record['status'] == 'timeout' else 'by'} {record['check']}"
+            if record["check"]
+            else ""
+        )
+        log(
+            f"{progress} {site.id} {site.change()}: {record['status']}{by} "
+            f"({record['seconds']:.1f} s)"
+        )
         write_json(self.results_path, self.results)
 
     def try_mutant(self, record, site, spans, path, original, mutated):
@@ -284,17 +347,20 @@ class Campaign:
         active = self.checks
         if touches_anchor(site, spans):
             active = [c for c in self.checks if not c.needs_faults]
-            record["skipped_checks"] = [f"{c.name} (the mutant edits an anchor of "
-                                        "cuda/testing/kernel_faults.txt)"
-                                        for c in self.checks if c.needs_faults]
+            record["skipped_checks"] = [
+                f"{c.name} (the mutant edits an anchor of cuda/testing/kernel_faults.txt)"
+                for c in self.checks
+                if c.needs_faults
+            ]
         try:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(mutated)
             code, out, secs = self.build.build({t for c in active for t in c.targets})
             record["build_seconds"] = round(secs, 2)
             if code is None:
-                record.update(status="did-not-build",
-                              detail=f"the build ran past {self.args.build_timeout} s")
+                record.update(
+                    status="did-not-build", detail=f"the build ran past {self.args.build_timeout} s"
+                )
             elif code != 0:
                 record.update(status="did-not-build", detail=first_error_lines(out))
             else:
@@ -311,14 +377,19 @@ class Campaign:
             code, out, secs = self.run_check(c, limit)
             record["check_seconds"][c.name] = round(secs, 2)
             if code is None:
-                record.update(status="timeout", check=c.name,
-                              detail=f"ran past {limit:.0f} s (counted as killed)\n"
-                                     + out[-1500:])
+                record.update(
+                    status="timeout",
+                    check=c.name,
+                    detail=f"ran past {limit:.0f} s (counted as killed)\n" + out[-1500:],
+                )
                 return
             if code != 0:
                 signal_note = f" (signal {-code})" if code < 0 else ""
-                record.update(status="killed", check=c.name,
-                              detail=f"exit status {code}{signal_note}\n" + failure_excerpt(out))
+                record.update(
+                    status="killed",
+                    check=c.name,
+                    detail=f"exit status {code}{signal_note}\n" + failure_excerpt(out),
+                )
                 return
 
 

@@ -3,6 +3,7 @@
 each form does (--list-checks, --list-sites, --dry-run, a run). Exit statuses: 0 pass, 1 the
 kill rate or an unexplained survivor fails the run, 2 bad usage, 3 the tool could not run,
 130 interrupted."""
+
 import argparse
 import os
 import signal
@@ -90,16 +91,19 @@ def build_parser(root_default):
     epilog = HELP_EPILOG.format(
         files=", ".join(SOURCE_GLOBS),
         operators="\n".join(f"    {k:9s} {v}" for k, v in OPERATOR_ABOUT.items()),
-        registry=", ".join(check_registry()))
+        registry=", ".join(check_registry()),
+    )
     p = argparse.ArgumentParser(
-        prog="ci/mutate.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="ci/mutate.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Mutation testing of the kernel and launch sources: sample single-token "
-                    "mutants, build each in a scratch copy, run the project's checks, report "
-                    "killed / survived / did-not-build / timeout / equivalent with the "
-                    "survivors' diffs. The second form, `ci/mutate.py merge PATH... --out DIR`, "
-                    "merges results (see 'merge' below). docs/mutation.md has the campaign "
-                    "commands.",
-        epilog=epilog)
+        "mutants, build each in a scratch copy, run the project's checks, report "
+        "killed / survived / did-not-build / timeout / equivalent with the "
+        "survivors' diffs. The second form, `ci/mutate.py merge PATH... --out DIR`, "
+        "merges results (see 'merge' below). docs/mutation.md has the campaign "
+        "commands.",
+        epilog=epilog,
+    )
     _add_site_options(p.add_argument_group("sites and sample"))
     _add_check_options(p.add_argument_group("checks"))
     _add_build_options(p.add_argument_group("build"), root_default)
@@ -108,95 +112,173 @@ def build_parser(root_default):
 
 
 def _add_site_options(g):
-    g.add_argument("--list-sites", action="store_true",
-                   help="print every site (FILE:LINE:COL op 'orig' -> 'repl' | line), "
-                   "then the counts per file and per operator, and exit")
+    g.add_argument(
+        "--list-sites",
+        action="store_true",
+        help="print every site (FILE:LINE:COL op 'orig' -> 'repl' | line), "
+        "then the counts per file and per operator, and exit",
+    )
     g.add_argument("--count", type=int, help="sample N distinct sites uniformly (with --seed)")
-    g.add_argument("--all", action="store_true",
-                   help="every site (in the order --seed shuffles them)")
+    g.add_argument(
+        "--all", action="store_true", help="every site (in the order --seed shuffles them)"
+    )
     g.add_argument("--seed", type=int, default=1, help="seed of the sample (default 1)")
-    g.add_argument("--sites",
-                   help="these sites only: FILE:LINE:COL,... as --list-sites prints them")
-    g.add_argument("--only", help="only sites whose 'FILE:LINE:COL OP LINE-TEXT' matches this "
-                   "regex (OP: " + ", ".join(OPERATOR_CLASSES) + ")")
-    g.add_argument("--files", help="comma-separated globs of the files to mutate (default: "
-                   + ", ".join(SOURCE_GLOBS) + ")")
-    g.add_argument("--device-sites", action="store_true",
-                   help="also sample device-only sites (code only nvcc compiles)")
-    g.add_argument("--dry-run", action="store_true",
-                   help="print the mutants this run (or shard) would try, numbered as "
-                   "in the sample, and exit: no copy, no build")
-    g.add_argument("--shard-index", type=int,
-                   help="this shard's index, 0-based (default: from the job array)")
-    g.add_argument("--shard-count", type=int,
-                   help="number of shards (default: from the job array, else 1)")
+    g.add_argument(
+        "--sites", help="these sites only: FILE:LINE:COL,... as --list-sites prints them"
+    )
+    g.add_argument(
+        "--only",
+        help="only sites whose 'FILE:LINE:COL OP LINE-TEXT' matches this "
+        "regex (OP: " + ", ".join(OPERATOR_CLASSES) + ")",
+    )
+    g.add_argument(
+        "--files",
+        help="comma-separated globs of the files to mutate (default: "
+        + ", ".join(SOURCE_GLOBS)
+        + ")",
+    )
+    g.add_argument(
+        "--device-sites",
+        action="store_true",
+        help="also sample device-only sites (code only nvcc compiles)",
+    )
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the mutants this run (or shard) would try, numbered as "
+        "in the sample, and exit: no copy, no build",
+    )
+    g.add_argument(
+        "--shard-index", type=int, help="this shard's index, 0-based (default: from the job array)"
+    )
+    g.add_argument(
+        "--shard-count", type=int, help="number of shards (default: from the job array, else 1)"
+    )
 
 
 def _add_check_options(g):
-    g.add_argument("--checks", default=",".join(DEFAULT_CHECKS),
-                   help="comma-separated checks (default: all of the registry)")
+    g.add_argument(
+        "--checks",
+        default=",".join(DEFAULT_CHECKS),
+        help="comma-separated checks (default: all of the registry)",
+    )
     g.add_argument("--list-checks", action="store_true", help="describe the checks and exit")
-    g.add_argument("--fuzz-seconds", type=float, default=10.0,
-                   help="budget of the fuzz check (default 10)")
+    g.add_argument(
+        "--fuzz-seconds", type=float, default=10.0, help="budget of the fuzz check (default 10)"
+    )
     g.add_argument("--fuzz-seed", type=int, default=1, help="seed of the fuzz check (default 1)")
-    g.add_argument("--fuzz-jobs", type=int, default=2,
-                   help="worker threads of the fuzz check (default 2)")
-    g.add_argument("--property-scale", type=float, default=0.25,
-                   help="MLAROPE_PROPERTY_SCALE of the property checks (default 0.25)")
-    g.add_argument("--check-timeout", type=float, default=60.0,
-                   help="least seconds a check may run (default 60)")
-    g.add_argument("--timeout-factor", type=float, default=5.0,
-                   help="a check may run this many times its baseline time, if longer (default 5)")
-    g.add_argument("--baseline-timeout", type=float, default=900.0,
-                   help="seconds a baseline check may run (default 900)")
-    g.add_argument("--cases-dir", help="Megatron cases (default: $MLAROPE_CASES_DIR, else "
-                   "ROOT/data/megatron)")
+    g.add_argument(
+        "--fuzz-jobs", type=int, default=2, help="worker threads of the fuzz check (default 2)"
+    )
+    g.add_argument(
+        "--property-scale",
+        type=float,
+        default=0.25,
+        help="MLAROPE_PROPERTY_SCALE of the property checks (default 0.25)",
+    )
+    g.add_argument(
+        "--check-timeout",
+        type=float,
+        default=60.0,
+        help="least seconds a check may run (default 60)",
+    )
+    g.add_argument(
+        "--timeout-factor",
+        type=float,
+        default=5.0,
+        help="a check may run this many times its baseline time, if longer (default 5)",
+    )
+    g.add_argument(
+        "--baseline-timeout",
+        type=float,
+        default=900.0,
+        help="seconds a baseline check may run (default 900)",
+    )
+    g.add_argument(
+        "--cases-dir", help="Megatron cases (default: $MLAROPE_CASES_DIR, else ROOT/data/megatron)"
+    )
 
 
 def _add_build_options(g, root_default):
-    g.add_argument("--root", default=root_default,
-                   help="the checkout to mutate (default: the one holding this script)")
-    g.add_argument("--scratch", default="/tmp/mlarope-mutate",
-                   help="scratch folder: SCRATCH/src, SCRATCH/build (default /tmp/mlarope-mutate)")
-    g.add_argument("--build-type", default="Release",
-                   help="CMAKE_BUILD_TYPE of the scratch build (default Release)")
-    g.add_argument("--cmake-arg", action="append", default=[],
-                   help="extra cmake argument (repeatable)")
-    g.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
-                   help="ninja -j (default: the CPU count)")
-    g.add_argument("--nice", type=int, default=10,
-                   help="niceness of builds (default 10; 0: not nice'd)")
-    g.add_argument("--build-timeout", type=float, default=1800.0,
-                   help="seconds one build may take (default 1800)")
-    g.add_argument("--rerun-baseline", action="store_true",
-                   help="run the baseline checks even if they passed on these sources")
+    g.add_argument(
+        "--root",
+        default=root_default,
+        help="the checkout to mutate (default: the one holding this script)",
+    )
+    g.add_argument(
+        "--scratch",
+        default="/tmp/mlarope-mutate",
+        help="scratch folder: SCRATCH/src, SCRATCH/build (default /tmp/mlarope-mutate)",
+    )
+    g.add_argument(
+        "--build-type",
+        default="Release",
+        help="CMAKE_BUILD_TYPE of the scratch build (default Release)",
+    )
+    g.add_argument(
+        "--cmake-arg", action="append", default=[], help="extra cmake argument (repeatable)"
+    )
+    g.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 2, help="ninja -j (default: the CPU count)"
+    )
+    g.add_argument(
+        "--nice", type=int, default=10, help="niceness of builds (default 10; 0: not nice'd)"
+    )
+    g.add_argument(
+        "--build-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds one build may take (default 1800)",
+    )
+    g.add_argument(
+        "--rerun-baseline",
+        action="store_true",
+        help="run the baseline checks even if they passed on these sources",
+    )
 
 
 def _add_result_options(g):
     g.add_argument("--out", default="mutate-out", help="output folder (default mutate-out)")
-    g.add_argument("--resume", action="store_true",
-                   help="mutants of this selection that OUT/results.json has a result "
-                   "for keep it and are not run again (an interrupted run continues)")
-    g.add_argument("--equivalents",
-                   help="equivalent-mutant file (default ROOT/ci/mutants-equivalent.txt)")
-    g.add_argument("--run-equivalent", action="store_true",
-                   help="run listed equivalent mutants too (a killed one is reported: its entry "
-                   "is wrong)")
-    g.add_argument("--min-kill-rate", type=float, default=0.0,
-                   help="exit status 1 below this kill rate, 0..1 (default 0)")
-    g.add_argument("--require-explained", action="store_true",
-                   help="exit status 1 if a survivor is not listed as equivalent")
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="mutants of this selection that OUT/results.json has a result "
+        "for keep it and are not run again (an interrupted run continues)",
+    )
+    g.add_argument(
+        "--equivalents", help="equivalent-mutant file (default ROOT/ci/mutants-equivalent.txt)"
+    )
+    g.add_argument(
+        "--run-equivalent",
+        action="store_true",
+        help="run listed equivalent mutants too (a killed one is reported: its entry is wrong)",
+    )
+    g.add_argument(
+        "--min-kill-rate",
+        type=float,
+        default=0.0,
+        help="exit status 1 below this kill rate, 0..1 (default 0)",
+    )
+    g.add_argument(
+        "--require-explained",
+        action="store_true",
+        help="exit status 1 if a survivor is not listed as equivalent",
+    )
 
 
 def merge_main(argv, root_default):
-    p = argparse.ArgumentParser(prog="ci/mutate.py merge",
-                                description="Merge results.json files into one summary.")
-    p.add_argument("paths", nargs="+",
-                   help="results.json files, or folders holding results.json or "
-                   "shard-*/results.json")
+    p = argparse.ArgumentParser(
+        prog="ci/mutate.py merge", description="Merge results.json files into one summary."
+    )
+    p.add_argument(
+        "paths",
+        nargs="+",
+        help="results.json files, or folders holding results.json or shard-*/results.json",
+    )
     p.add_argument("--out", default="mutate-out", help="output folder (default mutate-out)")
-    p.add_argument("--equivalents",
-                   default=os.path.join(root_default, "ci", "mutants-equivalent.txt"))
+    p.add_argument(
+        "--equivalents", default=os.path.join(root_default, "ci", "mutants-equivalent.txt")
+    )
     p.add_argument("--min-kill-rate", type=float, default=0.0)
     p.add_argument("--require-explained", action="store_true")
     args = p.parse_args(argv)
@@ -218,8 +300,10 @@ def main(argv=None):
         print(f"ci/mutate.py: {e}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
-        print("ci/mutate.py: interrupted (the mutated file was restored; --resume continues)",
-              file=sys.stderr)
+        print(
+            "ci/mutate.py: interrupted (the mutated file was restored; --resume continues)",
+            file=sys.stderr,
+        )
         return 130
 
 
@@ -233,8 +317,9 @@ def _run(args):
     sites = all_sites(root, args.globs)
     if not sites:
         raise UsageError(f"no mutation site in {', '.join(args.globs)} under {root}")
-    equivalents = parse_equivalents(args.equivalents
-                                    or os.path.join(root, "ci", "mutants-equivalent.txt"))
+    equivalents = parse_equivalents(
+        args.equivalents or os.path.join(root, "ci", "mutants-equivalent.txt")
+    )
     if args.list_sites:
         list_sites(sites, equivalents)
         return 0
@@ -245,8 +330,9 @@ def _run(args):
         _dry_run(args, sample, index, count, equivalents)
         return 0
     if args.cases_dir is None:
-        args.cases_dir = os.environ.get("MLAROPE_CASES_DIR") or os.path.join(root, "data",
-                                                                             "megatron")
+        args.cases_dir = os.environ.get("MLAROPE_CASES_DIR") or os.path.join(
+            root, "data", "megatron"
+        )
     out_dir = os.path.abspath(args.out)
     if count > 1:
         out_dir = os.path.join(out_dir, f"shard-{index:04d}")

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What every module of the mutation tool shares: its two error kinds (each with its own
 exit status), the progress log and the JSON file writes."""
+
 import json
 import os
 

@@ -4,6 +4,7 @@ the original, each with the reason. A run does not run a mutant listed there, an
 counts a listed survivor as equivalent. An entry is keyed by the file, the line's text, the
 change and its occurrence on the line, not by the line number, so edits elsewhere in the
 file leave it valid."""
+
 import os
 import re
 
@@ -47,11 +48,15 @@ def _field(path, number, line, current):
     """(name, value) of an entry's line `number`."""
     m = re.match(r"(file|line|mutant|occurrence|reason):\s?(.*)$", line)
     if not m:
-        raise UsageError(f"{path}:{number}: expected 'file:', 'line:', 'mutant:', 'occurrence:' "
-                         f"or 'reason:', not {line!r}")
+        raise UsageError(
+            f"{path}:{number}: expected 'file:', 'line:', 'mutant:', 'occurrence:' "
+            f"or 'reason:', not {line!r}"
+        )
     if m.group(1) in current:
-        raise UsageError(f"{path}:{number}: a second {m.group(1)}: in one entry "
-                         "(entries are separated by a blank line)")
+        raise UsageError(
+            f"{path}:{number}: a second {m.group(1)}: in one entry "
+            "(entries are separated by a blank line)"
+        )
     return m.group(1), m.group(2).strip()
 
 
@@ -62,14 +67,22 @@ def _entry(path, first, current):
         raise UsageError(f"{path}:{first}: entry without {', '.join(missing)}")
     m = re.fullmatch(r"'(.*)'\s*->\s*'(.*)'", current["mutant"])
     if not m:
-        raise UsageError(f"{path}:{first}: mutant must read 'ORIG' -> 'REPL', "
-                         f"not {current['mutant']!r}")
+        raise UsageError(
+            f"{path}:{first}: mutant must read 'ORIG' -> 'REPL', not {current['mutant']!r}"
+        )
     occurrence = int(current.get("occurrence", "0"))
-    return {"file": current["file"], "line": current["line"], "orig": m.group(1),
-            "repl": m.group(2), "occurrence": occurrence, "reason": current["reason"],
-            "where": f"{os.path.relpath(path)}:{first}",
-            "key": equivalence_key(current["file"], current["line"], m.group(1), m.group(2),
-                                   occurrence)}
+    return {
+        "file": current["file"],
+        "line": current["line"],
+        "orig": m.group(1),
+        "repl": m.group(2),
+        "occurrence": occurrence,
+        "reason": current["reason"],
+        "where": f"{os.path.relpath(path)}:{first}",
+        "key": equivalence_key(
+            current["file"], current["line"], m.group(1), m.group(2), occurrence
+        ),
+    }
 
 
 def equivalents_by_key(entries):
@@ -78,8 +91,11 @@ def equivalents_by_key(entries):
 
 def equivalence_entry_text(mutant):
     """The entry that would list `mutant` (a result record), its reason left to fill in."""
-    lines = [f"file: {mutant['file']}", f"line: {mutant['text'].strip()}",
-             f"mutant: {mutant['orig']!r} -> {mutant['repl']!r}"]
+    lines = [
+        f"file: {mutant['file']}",
+        f"line: {mutant['text'].strip()}",
+        f"mutant: {mutant['orig']!r} -> {mutant['repl']!r}",
+    ]
     if mutant.get("occurrence", 0):
         lines.append(f"occurrence: {mutant['occurrence']}")
     lines.append("reason: WHY NO INPUT CAN TELL IT FROM THE ORIGINAL")
@@ -103,6 +119,8 @@ def classify_with_equivalents(mutants, equivalents):
             m["status"] = "equivalent"
             m["note"] = "ran and survived; listed as equivalent"
         elif m["status"] in ("killed", "timeout"):
-            warnings.append(f"{m['id']} {m['orig']!r} -> {m['repl']!r} is listed as equivalent "
-                            f"({entry['where']}) but {m['check']} killed it: the entry is wrong")
+            warnings.append(
+                f"{m['id']} {m['orig']!r} -> {m['repl']!r} is listed as equivalent "
+                f"({entry['where']}) but {m['check']} killed it: the entry is wrong"
+            )
     return warnings

@@ -6,6 +6,7 @@ else is blanked out: comments, string and char literals, preprocessor lines,
 static_assert(...) and template parameter and argument lists (a changed constant or operator
 there changes types, and rarely compiles). Alongside, it learns which code only nvcc compiles.
 """
+
 import re
 
 from .preprocessor import Conditions, preprocessor_end
@@ -81,7 +82,7 @@ def _directive(text, i, conditions, regions):
     if j >= len(text) or text[j] != "#":
         return None
     e = preprocessor_end(text, j)
-    if conditions.apply(text[j + 1:e].replace("\\\n", " ").strip()):
+    if conditions.apply(text[j + 1 : e].replace("\\\n", " ").strip()):
         regions.mark(e, conditions.device_only())
     return e
 
@@ -103,7 +104,7 @@ def _skipped_end(text, i):
 
 
 def _string_end(text, i):
-    raw = re.search(r"(?:^|[^A-Za-z0-9_])(?:u8|u|U|L)?R$", text[max(0, i - 3):i])
+    raw = re.search(r"(?:^|[^A-Za-z0-9_])(?:u8|u|U|L)?R$", text[max(0, i - 3) : i])
     if not raw:
         return _quoted_end(text, i, '"')
     m = re.compile(r'"([^(\s]*)\(').match(text, i)
@@ -114,8 +115,11 @@ def _string_end(text, i):
 
 def _char_end(text, i):
     """End of the char literal at i; None where the `'` is a digit separator (1'000'000)."""
-    if i + 1 < len(text) and text[i + 1].isalnum() and \
-            re.search(r"(?<![A-Za-z0-9_])[0-9][0-9A-Za-z']*$", text[max(0, i - 40):i]):
+    if (
+        i + 1 < len(text)
+        and text[i + 1].isalnum()
+        and re.search(r"(?<![A-Za-z0-9_])[0-9][0-9A-Za-z']*$", text[max(0, i - 40) : i])
+    ):
         return None
     return _quoted_end(text, i, "'")
 
@@ -164,8 +168,13 @@ def _template_close(code, lt):
             return None
         elif paren == 0 and code.startswith(("&&", "||"), k):
             return None
-        elif ch == "<" and paren == 0 and k > 0 and IDENT.match(code[k - 1]) and \
-                code[k + 1:k + 2] not in ("<", "="):
+        elif (
+            ch == "<"
+            and paren == 0
+            and k > 0
+            and IDENT.match(code[k - 1])
+            and code[k + 1 : k + 2] not in ("<", "=")
+        ):
             angle += 1
         elif ch == ">" and paren == 0 and code[k - 1] != "-":
             angle -= 1

@@ -6,6 +6,7 @@ Sites in code that only nvcc compiles (under `#if defined(__CUDA_ARCH__)`, or th
 listed but not sampled by default. A condition on any other macro is unknown (None), and so
 is never taken for device-only code.
 """
+
 import re
 
 # Macros whose value the host build knows: neither is defined there.
@@ -65,10 +66,16 @@ class Conditions:
         elif directive == "elif" and self.stack:
             top = self.stack[-1]
             value = eval_condition("if", expression)
-            top[0] = False if top[1] is True else (
-                None if top[1] is None and value is not False else value)
-            top[1] = True if top[1] is True or value is True else (
-                None if top[1] is None or value is None else False)
+            top[0] = (
+                False
+                if top[1] is True
+                else (None if top[1] is None and value is not False else value)
+            )
+            top[1] = (
+                True
+                if top[1] is True or value is True
+                else (None if top[1] is None or value is None else False)
+            )
         elif directive == "else" and self.stack:
             top = self.stack[-1]
             top[0] = False if top[1] is True else (None if top[1] is None else True)

@@ -2,6 +2,7 @@
 """What a run reports: the kill rate, summary.md (counts, tables, every survivor with its diff
 and a ready-to-fill equivalent entry), results.json, survivors/NNN.diff, the verdict (exit
 status), the --list-sites listing, and the merge of several runs or shards into one."""
+
 import collections
 import glob
 import json
@@ -44,16 +45,28 @@ def _group_rows(mutants, key):
     rows = []
     for name, ms in groups.items():
         c = tally(ms)
-        rows.append([f"`{name}`", len(ms), c["killed"], c["timeout"], c["survived"],
-                     c["equivalent"], c["did-not-build"], rate_text(kill_rate(c))])
+        rows.append(
+            [
+                f"`{name}`",
+                len(ms),
+                c["killed"],
+                c["timeout"],
+                c["survived"],
+                c["equivalent"],
+                c["did-not-build"],
+                rate_text(kill_rate(c)),
+            ]
+        )
     return rows
 
 
 # ---- summary.md ---------------------------------------------------------------------------------
 
+
 def summary_markdown(results, warnings=()):
-    mutants = sorted((m for m in results["mutants"] if m["status"] in STATUSES),
-                     key=lambda m: m.get("n", 0))
+    mutants = sorted(
+        (m for m in results["mutants"] if m["status"] in STATUSES), key=lambda m: m.get("n", 0)
+    )
     out = _summary_head(results, mutants, warnings)
     out += _time_section(results.get("baseline"), mutants)
     out += _group_sections(mutants)
@@ -69,13 +82,19 @@ def _summary_head(results, mutants, warnings):
     out = ["# Mutation testing summary", ""]
     if cfg.get("command"):
         out += [f"Command: `{cfg['command']}`", ""]
-    out += [f"**Kill rate: {rate_text(kill_rate(counts))}** (killed + timeout over killed + "
-            "timeout + survived; equivalent and did-not-build mutants do not count)", ""]
+    out += [
+        f"**Kill rate: {rate_text(kill_rate(counts))}** (killed + timeout over killed + "
+        "timeout + survived; equivalent and did-not-build mutants do not count)",
+        "",
+    ]
     out += [_table([[counts[s] for s in STATUSES] + [len(mutants)]], STATUSES + ["total"]), ""]
     not_run = [m for m in results["mutants"] if m["status"] not in STATUSES]
     if not_run:
-        out += [f"{len(not_run)} mutants without a result (not-run): their equivalent entry is "
-                "gone; rerun them with --sites.", ""]
+        out += [
+            f"{len(not_run)} mutants without a result (not-run): their equivalent entry is "
+            "gone; rerun them with --sites.",
+            "",
+        ]
     for w in warnings:
         out += [f"- WARNING: {w}"]
     if warnings:
@@ -90,37 +109,60 @@ def _time_section(base, mutants):
         return []
     out = ["## Time", ""]
     if base:
-        out += [f"- Baseline: checks {base.get('check_seconds', 0):.1f} s "
-                + "(" + ", ".join(f"{c['name']} {c['seconds']:.1f} s"
-                                  for c in base.get("checks", [])) + ")"]
+        out += [
+            f"- Baseline: checks {base.get('check_seconds', 0):.1f} s "
+            + "("
+            + ", ".join(f"{c['name']} {c['seconds']:.1f} s" for c in base.get("checks", []))
+            + ")"
+        ]
     if timed:
         secs = sorted(m["seconds"] for m in timed)
         builds = sorted(m.get("build_seconds", 0) for m in timed)
-        out += [f"- Per mutant (rebuild + checks to the first failure): median "
-                f"{secs[len(secs) // 2]:.1f} s, mean {sum(secs) / len(secs):.1f} s, max "
-                f"{secs[-1]:.1f} s; rebuild median {builds[len(builds) // 2]:.1f} s; "
-                f"{sum(secs) / 60:.1f} min in all"]
+        out += [
+            f"- Per mutant (rebuild + checks to the first failure): median "
+            f"{secs[len(secs) // 2]:.1f} s, mean {sum(secs) / len(secs):.1f} s, max "
+            f"{secs[-1]:.1f} s; rebuild median {builds[len(builds) // 2]:.1f} s; "
+            f"{sum(secs) / 60:.1f} min in all"
+        ]
     return out + [""]
 
 
 def _change_name(m):
-    return f"{m['orig'].strip()} -> {m['repl'].strip()}" if m["op"] not in ("int", "float") \
+    return (
+        f"{m['orig'].strip()} -> {m['repl'].strip()}"
+        if m["op"] not in ("int", "float")
         else m["op"]
+    )
 
 
 def _group_sections(mutants):
     """The tables per file, per operator, per change and per killing check."""
-    header = ["", "mutants", "killed", "timeout", "survived", "equivalent", "did-not-build",
-              "kill rate"]
+    header = [
+        "",
+        "mutants",
+        "killed",
+        "timeout",
+        "survived",
+        "equivalent",
+        "did-not-build",
+        "kill rate",
+    ]
     out = ["## Per file", "", _table(_group_rows(mutants, lambda m: m["file"]), header), ""]
     out += ["## Per operator", "", _table(_group_rows(mutants, lambda m: m["op"]), header), ""]
     out += ["## Per change", "", _table(_group_rows(mutants, _change_name), header), ""]
-    by_check = collections.Counter(m["check"] for m in mutants
-                                   if m["status"] in ("killed", "timeout"))
+    by_check = collections.Counter(
+        m["check"] for m in mutants if m["status"] in ("killed", "timeout")
+    )
     if by_check:
-        out += ["## Killed by (the first check that failed)", "",
-                _table(sorted(([f"`{k}`", v] for k, v in by_check.items()), key=lambda r: -r[1]),
-                       ["check", "mutants"]), ""]
+        out += [
+            "## Killed by (the first check that failed)",
+            "",
+            _table(
+                sorted(([f"`{k}`", v] for k, v in by_check.items()), key=lambda r: -r[1]),
+                ["check", "mutants"],
+            ),
+            "",
+        ]
     return out
 
 
@@ -134,19 +176,30 @@ def _survivor_section(mutants):
         out += [f"### {m['n']:03d} `{m['id']}` {m['orig']!r} -> {m['repl']!r}", ""]
         if m.get("skipped_checks"):
             out += [f"Checks not run for it: {'; '.join(m['skipped_checks'])}", ""]
-        out += ["```diff", m["diff"].rstrip("\n"), "```", "",
-                "Once analysed, if no input can tell it from the original, its entry for "
-                "ci/mutants-equivalent.txt:", "", "```text", equivalence_entry_text(m), "```",
-                ""]
+        out += [
+            "```diff",
+            m["diff"].rstrip("\n"),
+            "```",
+            "",
+            "Once analysed, if no input can tell it from the original, its entry for "
+            "ci/mutants-equivalent.txt:",
+            "",
+            "```text",
+            equivalence_entry_text(m),
+            "```",
+            "",
+        ]
     return out
 
 
 def _status_sections(mutants):
     """The timeouts, the did-not-build and the equivalent mutants, one line each."""
     out = []
-    for status, title in (("timeout", "Timeouts (counted as killed)"),
-                          ("did-not-build", "Did not build"),
-                          ("equivalent", "Equivalent (listed in ci/mutants-equivalent.txt)")):
+    for status, title in (
+        ("timeout", "Timeouts (counted as killed)"),
+        ("did-not-build", "Did not build"),
+        ("equivalent", "Equivalent (listed in ci/mutants-equivalent.txt)"),
+    ):
         ms = [m for m in mutants if m["status"] == status]
         if not ms:
             continue
@@ -165,6 +218,7 @@ def _status_sections(mutants):
 
 
 # ---- The output folder and the verdict ----------------------------------------------------------
+
 
 def write_outputs(out_dir, results, equivalents):
     mutants = results["mutants"]
@@ -201,8 +255,10 @@ def verdict(mutants, min_kill_rate, require_explained):
 def report_end(results, args, warnings):
     """Logs the counts, the warnings and the verdict; the exit status."""
     counts = tally([m for m in results["mutants"] if m["status"] in STATUSES])
-    log(" ".join(f"{k}: {v}" for k, v in counts.items())
-        + f"; kill rate {rate_text(kill_rate(counts))}")
+    log(
+        " ".join(f"{k}: {v}" for k, v in counts.items())
+        + f"; kill rate {rate_text(kill_rate(counts))}"
+    )
     for w in warnings:
         log("WARNING: " + w)
     log(f"summary: {os.path.join(args.out, 'summary.md')}")
@@ -213,6 +269,7 @@ def report_end(results, args, warnings):
 
 
 # ---- Merge --------------------------------------------------------------------------------------
+
 
 def results_files(paths):
     """The results.json files of `paths`: files, folders holding one, or folders of
@@ -235,8 +292,13 @@ def load_results(paths):
     """One result set of several runs or shards: a mutant present twice counts once, the later
     file winning; mutants of different samples are numbered afresh."""
     files = results_files(paths)
-    merged = {"tool": "ci/mutate.py", "version": 1, "config": {"merged": files},
-              "baseline": None, "mutants": []}
+    merged = {
+        "tool": "ci/mutate.py",
+        "version": 1,
+        "config": {"merged": files},
+        "baseline": None,
+        "mutants": [],
+    }
     seen = {}
     for path in files:
         with open(path) as f:
@@ -260,6 +322,7 @@ def load_results(paths):
 
 # ---- --list-sites -------------------------------------------------------------------------------
 
+
 def list_sites(sites, equivalents):
     """Prints every site, the counts per file and operator, and the equivalent entries that
     match no site (stale) or several."""
@@ -281,12 +344,16 @@ def list_sites(sites, equivalents):
     for op in OPERATOR_CLASSES:
         log(f"  {per_op.get(op, 0):5d}  {op}")
     device = sum(s.device_only for s in sites)
-    log(f"total: {len(sites)} sites ({device} device-only, not sampled without --device-sites); "
+    log(
+        f"total: {len(sites)} sites ({device} device-only, not sampled without --device-sites); "
         f"{sum(1 for e in equivalents if matched[e['key']])} of {len(equivalents)} equivalent "
-        "entries match a site")
+        "entries match a site"
+    )
     for e in equivalents:
         if not matched[e["key"]]:
             log(f"WARNING: {e['where']}: the entry matches no site (stale? the line changed)")
         elif len(matched[e["key"]]) > 1:
-            log(f"note: {e['where']}: the entry covers {len(matched[e['key']])} sites of "
-                f"identical lines ({', '.join(matched[e['key']])}): its reason must hold for each")
+            log(
+                f"note: {e['where']}: the entry covers {len(matched[e['key']])} sites of "
+                f"identical lines ({', '.join(matched[e['key']])}): its reason must hold for each"
+            )

@@ -2,6 +2,7 @@
 """Which mutants a run tries: the sample of sites (--count/--seed, --all, --only, --sites) and
 the share of it that each shard runs. Every shard of a campaign draws the same sample, so the
 shards' shares are disjoint and together make the whole sample."""
+
 import os
 import random
 import re
@@ -37,8 +38,9 @@ def shard_from_env(args):
             index = int(env["JOB_COMPLETION_INDEX"])
             count = count or int(env.get("MLAROPE_SHARD_COUNT", "0") or 0) or None
             if count is None:
-                raise UsageError("JOB_COMPLETION_INDEX is set: give --shard-count or "
-                                 "MLAROPE_SHARD_COUNT")
+                raise UsageError(
+                    "JOB_COMPLETION_INDEX is set: give --shard-count or MLAROPE_SHARD_COUNT"
+                )
     index = 0 if index is None else index
     count = 1 if count is None else count
     if count < 1 or not 0 <= index < count:
@@ -59,8 +61,9 @@ def select_sites(args, sites):
             chosen = _matching(chosen, args.only)
         return chosen
     if args.count is None and not args.all and not args.only:
-        raise UsageError("say which mutants: --count N (with --seed), --all, --only REGEX "
-                         "or --sites LIST")
+        raise UsageError(
+            "say which mutants: --count N (with --seed), --all, --only REGEX or --sites LIST"
+        )
     return sample_sites(pool, None if args.all else args.count, args.seed)
 
 
@@ -76,8 +79,9 @@ def _named_sites(spec, sites):
     chosen = []
     for item in [x.strip() for x in spec.split(",") if x.strip()]:
         if item not in by_id:
-            raise UsageError(f"--sites: no site {item} (see --list-sites; the column is the "
-                             "operator's)")
+            raise UsageError(
+                f"--sites: no site {item} (see --list-sites; the column is the operator's)"
+            )
         if by_id[item] not in chosen:
             chosen.append(by_id[item])
     return chosen

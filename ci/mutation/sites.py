@@ -5,6 +5,7 @@ A site is one token of a kernel or launch source and the token it becomes: `+` f
 for `<=`, `&&` for `||`, a dropped `!`, a constant 2 for 1, `true` for `false`. Each is
 chosen so that nearly every mutant compiles, and found only in code (see mask.py).
 """
+
 import collections
 import difflib
 import glob
@@ -15,22 +16,34 @@ from .equivalents import equivalence_key
 from .mask import IDENT, code_mask
 
 # Files scanned for sites (globs relative to the repository root), in this order.
-SOURCE_GLOBS = ["cuda/kernels/*.h", "cuda/launch/launch_builder.cpp", "cuda/launch/dispatch.cpp",
-                "cuda/launch/footprint.cpp"]
+SOURCE_GLOBS = [
+    "cuda/kernels/*.h",
+    "cuda/launch/launch_builder.cpp",
+    "cuda/launch/dispatch.cpp",
+    "cuda/launch/footprint.cpp",
+]
 
 # Binary operators, matched only with a space on each side (the project's style for them), so
 # that template brackets, pointers, `->`, `++`, `<<` and unary minus are never taken for them.
 BINARY_MUTATIONS = {
-    "+": ("arith", "-"), "-": ("arith", "+"), "*": ("arith", "/"), "/": ("arith", "*"),
-    "<": ("compare", "<="), "<=": ("compare", "<"), ">": ("compare", ">="),
-    ">=": ("compare", ">"), "==": ("compare", "!="), "!=": ("compare", "=="),
-    "&&": ("logic", "||"), "||": ("logic", "&&"),
+    "+": ("arith", "-"),
+    "-": ("arith", "+"),
+    "*": ("arith", "/"),
+    "/": ("arith", "*"),
+    "<": ("compare", "<="),
+    "<=": ("compare", "<"),
+    ">": ("compare", ">="),
+    ">=": ("compare", ">"),
+    "==": ("compare", "!="),
+    "!=": ("compare", "=="),
+    "&&": ("logic", "||"),
+    "||": ("logic", "&&"),
 }
 OPERATOR_CLASSES = ["arith", "compare", "logic", "negation", "int", "float", "bool"]
 OPERATOR_ABOUT = {
     "arith": "' + ' <-> ' - ', ' * ' <-> ' / '",
     "compare": "' < ' -> ' <= ', ' <= ' -> ' < ', ' > ' -> ' >= ', ' >= ' -> ' > ', "
-               "' == ' <-> ' != '",
+    "' == ' <-> ' != '",
     "logic": "' && ' <-> ' || '",
     "negation": "'!' before an identifier or '(' removed",
     "int": "integer literal: 0 -> 1, 1 -> 0, 2 -> 1, n -> n + 1 (suffix and hex kept)",
@@ -39,9 +52,11 @@ OPERATOR_ABOUT = {
 }
 
 _BINARY = re.compile(r"(?<=\s)(\+|-|\*|/|<=|<|>=|>|==|!=|&&|\|\|)(?=\s)")
-_NUMBER = re.compile(r"(?<![A-Za-z0-9_.'])(?:0[xX][0-9A-Fa-f']+|\d[\d']*\.?[\d']*"
-                     r"(?:[eE][+-]?\d+)?|\.\d[\d']*(?:[eE][+-]?\d+)?)"
-                     r"[A-Za-z]*(?![A-Za-z0-9_.'])")
+_NUMBER = re.compile(
+    r"(?<![A-Za-z0-9_.'])(?:0[xX][0-9A-Fa-f']+|\d[\d']*\.?[\d']*"
+    r"(?:[eE][+-]?\d+)?|\.\d[\d']*(?:[eE][+-]?\d+)?)"
+    r"[A-Za-z]*(?![A-Za-z0-9_.'])"
+)
 
 
 class Site:
@@ -49,8 +64,19 @@ class Site:
     are shown (and keyed) with a space each side for binary operators (' < ' -> ' <= '), as
     the bare token otherwise ('!' -> '', '2' -> '1')."""
 
-    __slots__ = ("file", "line", "col", "start", "end", "op", "orig", "repl", "text",
-                 "occurrence", "device_only")
+    __slots__ = (
+        "file",
+        "line",
+        "col",
+        "start",
+        "end",
+        "op",
+        "orig",
+        "repl",
+        "text",
+        "occurrence",
+        "device_only",
+    )
 
     def __init__(self, file, line, col, start, end, op, orig, repl, text, device_only=False):
         self.file, self.line, self.col, self.start, self.end = file, line, col, start, end
@@ -69,9 +95,18 @@ class Site:
         return equivalence_key(self.file, self.text, self.orig, self.repl, self.occurrence)
 
     def as_dict(self):
-        return {"id": self.id, "file": self.file, "line": self.line, "col": self.col,
-                "op": self.op, "orig": self.orig, "repl": self.repl, "text": self.text,
-                "occurrence": self.occurrence, "device_only": self.device_only}
+        return {
+            "id": self.id,
+            "file": self.file,
+            "line": self.line,
+            "col": self.col,
+            "op": self.op,
+            "orig": self.orig,
+            "repl": self.repl,
+            "text": self.text,
+            "occurrence": self.occurrence,
+            "device_only": self.device_only,
+        }
 
 
 def _mutated_int(value):
@@ -153,8 +188,9 @@ def find_sites(file, text):
     found = []
     for start, end, op, orig, repl in _candidates(code):
         line, col = position(start)
-        found.append(Site(file, line, col, start, end, op, orig, repl, lines[line - 1],
-                          device_only[start]))
+        found.append(
+            Site(file, line, col, start, end, op, orig, repl, lines[line - 1], device_only[start])
+        )
     found.sort(key=lambda s: s.start)
     seen = collections.Counter()
     for s in found:
@@ -185,12 +221,16 @@ def all_sites(root, globs):
 def apply_site(text, site):
     """`text` with the mutant: the token at [start, end) (orig without its display spaces)
     replaced."""
-    if text[site.start:site.end] != site.orig.strip():
-        raise RuntimeError(f"{site.id}: expected {site.orig.strip()!r}, "
-                           f"found {text[site.start:site.end]!r}")
-    return text[:site.start] + site.repl.strip() + text[site.end:]
+    if text[site.start : site.end] != site.orig.strip():
+        raise RuntimeError(
+            f"{site.id}: expected {site.orig.strip()!r}, found {text[site.start : site.end]!r}"
+        )
+    return text[: site.start] + site.repl.strip() + text[site.end :]
 
 
 def unified_diff(file, before, after, context=2):
-    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
-                                        "a/" + file, "b/" + file, n=context))
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(True), after.splitlines(True), "a/" + file, "b/" + file, n=context
+        )
+    )

@@ -2,6 +2,7 @@
 """The scratch copy of the source tree that mutants are written into (SCRATCH/src): the
 working tree is never touched. A sync writes only the files whose content differs, so their
 mtimes alone change and the scratch build stays incremental from one run to the next."""
+
 import hashlib
 import json
 import os
@@ -13,11 +14,16 @@ from .common import UsageError, write_json
 def tree_files(root, exclude):
     """The files of the checkout `root` (tracked and untracked, not ignored), less `exclude`."""
     try:
-        out = subprocess.run(["git", "-C", root, "ls-files", "-co", "--exclude-standard", "-z"],
-                             check=True, capture_output=True).stdout.decode()
+        out = subprocess.run(
+            ["git", "-C", root, "ls-files", "-co", "--exclude-standard", "-z"],
+            check=True,
+            capture_output=True,
+        ).stdout.decode()
     except (subprocess.CalledProcessError, FileNotFoundError) as e:
-        raise UsageError(f"{root} is not a git checkout (git ls-files failed: {e}); the scratch "
-                         "copy is made of its tracked and untracked, not ignored files")
+        raise UsageError(
+            f"{root} is not a git checkout (git ls-files failed: {e}); the scratch "
+            "copy is made of its tracked and untracked, not ignored files"
+        ) from None
     files = []
     for rel in sorted(set(p for p in out.split("\0") if p)):
         path = os.path.join(root, rel)

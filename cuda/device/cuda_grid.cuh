@@ -30,6 +30,8 @@ __device__ __forceinline__ kernels::GridCoord grid_coord() {
 
 /// The launch configuration of a GridShape.
 inline dim3 blocks_of(const kernels::GridShape& g) { return dim3(static_cast<unsigned>(g.blocks)); }
-inline dim3 threads_of(const kernels::GridShape& g) { return dim3(static_cast<unsigned>(g.threads)); }
+inline dim3 threads_of(const kernels::GridShape& g) {
+  return dim3(static_cast<unsigned>(g.threads));
+}
 
 }  // namespace mlarope::cuda_launch

@@ -17,7 +17,8 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) kv_split_kernel(const KvS
 }
 
 template <class T, int kPairs>
-__global__ void MLAROPE_REGISTER_CAP(80) kv_split_backward_kernel(const KvSplitBackwardKernelArgs a) {
+__global__ void MLAROPE_REGISTER_CAP(80)
+    kv_split_backward_kernel(const KvSplitBackwardKernelArgs a) {
   run_phases<RowRounds<KvSplitBackwardRows<T, kPairs>>>(a, grid_coord());
 }
 
@@ -26,8 +27,7 @@ void launch_typed(const detail::KvSplitLaunch& l, cudaStream_t stream) {
   const dim3 blocks = blocks_of(l.grid), threads = threads_of(l.grid);
   if (l.variant == KvVariant::vector)
     kv_split_kernel<T, kVectorPairs<T>><<<blocks, threads, 0, stream>>>(l.args);
-  else
-    kv_split_kernel<T, 1><<<blocks, threads, 0, stream>>>(l.args);
+  else kv_split_kernel<T, 1><<<blocks, threads, 0, stream>>>(l.args);
 }
 
 template <class T>
@@ -35,8 +35,7 @@ void launch_typed(const detail::KvSplitBackwardLaunch& l, cudaStream_t stream) {
   const dim3 blocks = blocks_of(l.grid), threads = threads_of(l.grid);
   if (l.variant == KvVariant::vector)
     kv_split_backward_kernel<T, kVectorPairs<T>><<<blocks, threads, 0, stream>>>(l.args);
-  else
-    kv_split_backward_kernel<T, 1><<<blocks, threads, 0, stream>>>(l.args);
+  else kv_split_backward_kernel<T, 1><<<blocks, threads, 0, stream>>>(l.args);
 }
 
 template <class Launch>

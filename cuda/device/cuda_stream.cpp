@@ -52,7 +52,9 @@ class CudaStream final : public StreamImpl {
   void launch(const KvSplitLaunch& l) override { run(l); }
   void launch(const KvSplitBackwardLaunch& l) override { run(l); }
   void launch(const YarnLaunch& l) override { run(l); }
-  void synchronize() override { check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize"); }
+  void synchronize() override {
+    check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize");
+  }
   void begin_capture() override;
   std::unique_ptr<GraphImpl> end_capture() override;
   bool capturing() const override { return capturing_; }

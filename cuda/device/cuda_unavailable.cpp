@@ -16,7 +16,9 @@ std::size_t free_memory() { return 0; }
 std::string take_last_error() { return {}; }
 void* allocate(std::size_t) { unavailable("DeviceBuffer(cuda)"); }
 void release(void*) noexcept {}
-void copy_to_device(void*, const void*, std::size_t) { unavailable("DeviceBuffer::copy_from_host"); }
+void copy_to_device(void*, const void*, std::size_t) {
+  unavailable("DeviceBuffer::copy_from_host");
+}
 void copy_to_host(void*, const void*, std::size_t) { unavailable("DeviceBuffer::copy_to_host"); }
 void fill_bytes(void*, unsigned char, std::size_t) { unavailable("DeviceBuffer::fill_bytes"); }
 

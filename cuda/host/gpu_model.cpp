@@ -55,8 +55,10 @@ void for_each_row(const detail::TensorRegion& r, Visit visit) {
 
 }  // namespace
 
-Recorder::Recorder(std::string kernel, const detail::Footprint& footprint, std::int64_t block_stride)
-    : kernel_(std::move(kernel)), footprint_(footprint), block_stride_(block_stride < 1 ? 1 : block_stride) {
+Recorder::Recorder(std::string kernel, const detail::Footprint& footprint,
+                   std::int64_t block_stride)
+    : kernel_(std::move(kernel)), footprint_(footprint),
+      block_stride_(block_stride < 1 ? 1 : block_stride) {
   build_intervals();
 }
 
@@ -80,11 +82,13 @@ Recorder::Shadow* Recorder::shadows_of(Page& page) {
 void Recorder::build_intervals() {
   std::map<std::uintptr_t, std::vector<int>> starts, ends;  // address -> regions
   for (int i = 0; i < footprint_.count; ++i)
-    for_each_row(footprint_.regions[static_cast<std::size_t>(i)], [&](std::uintptr_t b, std::uintptr_t e) {
-      starts[b].push_back(i);
-      ends[e].push_back(i);
-    });
+    for_each_row(footprint_.regions[static_cast<std::size_t>(i)],
+                 [&](std::uintptr_t b, std::uintptr_t e) {
+                   starts[b].push_back(i);
+                   ends[e].push_back(i);
+                 });
   std::vector<std::uintptr_t> points;
+  points.reserve(starts.size() + ends.size());
   for (const auto& [a, _] : starts) points.push_back(a);
   for (const auto& [a, _] : ends) points.push_back(a);
   std::sort(points.begin(), points.end());
@@ -108,11 +112,10 @@ void Recorder::build_intervals() {
     if (in.region < 0) continue;
     Interval* last = intervals_.empty() ? nullptr : &intervals_.back();
     if (last && last->end == in.begin && last->region == in.region &&
-        last->readable == in.readable && last->writable == in.writable && last->atomic == in.atomic &&
-        last->index == in.index)
+        last->readable == in.readable && last->writable == in.writable &&
+        last->atomic == in.atomic && last->index == in.index)
       last->end = in.end;
-    else
-      intervals_.push_back(in);
+    else intervals_.push_back(in);
   }
 }
 
@@ -139,7 +142,8 @@ void Recorder::begin_thread(const GridCoord& coord) {
 
 void Recorder::begin_phase(std::int64_t block, int phase, const void* shared, std::size_t bytes) {
   end_phase();
-  if (epoch_ == UINT32_MAX) throw std::length_error("GPU model: a launch of more than 2^32 - 1 block phases");
+  if (epoch_ == UINT32_MAX)
+    throw std::length_error("GPU model: a launch of more than 2^32 - 1 block phases");
   ++epoch_;
   if (block != block_) end_block(), start_block(block), block_epoch_ = epoch_;
   phase_ = phase;
@@ -153,7 +157,8 @@ void Recorder::begin_phase(std::int64_t block, int phase, const void* shared, st
 // the same block (its epochs run from block_epoch_ on) in an earlier phase (a barrier lies
 // between), or the same thread.
 bool Recorder::ordered_before(std::uint32_t epoch, std::uint16_t thread) const {
-  return epoch >= block_epoch_ && (epoch < epoch_ || thread == static_cast<std::uint16_t>(coord_.thread));
+  return epoch >= block_epoch_ &&
+         (epoch < epoch_ || thread == static_cast<std::uint16_t>(coord_.thread));
 }
 
 bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
@@ -163,9 +168,8 @@ bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
     return false;
   }
   if (access == Access::atomic) return true;
-  check_race([this](std::uintptr_t granule) -> Shadow& {
-               return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)];
-             },
+  check_race([this](std::uintptr_t granule)
+                 -> Shadow& { return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)]; },
              a, bytes, access);
   return true;
 }
@@ -184,17 +188,20 @@ void Recorder::report(const std::string& what, const void* address, int bytes) {
 bool Recorder::observe(const void* address, int bytes, Access access) {
   const auto a = reinterpret_cast<std::uintptr_t>(address);
   if (a % static_cast<std::uintptr_t>(bytes) != 0)
-    report(std::string("misaligned ") + std::to_string(bytes) + "-byte " + access_name(access), address, bytes);
+    report(std::string("misaligned ") + std::to_string(bytes) + "-byte " + access_name(access),
+           address, bytes);
   if (a >= shared_begin_ && a < shared_end_) return observe_shared(a, bytes, access);
   const Interval* in = find(a, bytes);
   if (in == nullptr) {
-    report(std::string("out-of-bounds ") + access_name(access) + ": outside every tensor of the call",
+    report(std::string("out-of-bounds ") + access_name(access) +
+               ": outside every tensor of the call",
            address, bytes);
     return false;
   }
   const char* name = footprint_.regions[static_cast<std::size_t>(in->region)].name;
   if (access == Access::atomic && !in->atomic)
-    report(std::string("atomic access to ") + name + ", which is not a status word", address, bytes);
+    report(std::string("atomic access to ") + name + ", which is not a status word", address,
+           bytes);
   if (access != Access::atomic && in->atomic)
     report(std::string("plain ") + access_name(access) + " of status word " + name, address, bytes);
   if (access == Access::store && !in->writable && !in->atomic)
@@ -212,7 +219,8 @@ bool Recorder::observe(const void* address, int bytes, Access access) {
         [&](std::uintptr_t granule) -> Shadow& {
           return (granule << kGranuleBits >> kPageBits) == page_number
                      ? page[granule & (kGranulesPerPage - 1)]
-                     : shadows_of(page_of(granule << kGranuleBits))[granule & (kGranulesPerPage - 1)];
+                     : shadows_of(
+                           page_of(granule << kGranuleBits))[granule & (kGranulesPerPage - 1)];
         },
         a, bytes, access);
   }
@@ -233,16 +241,17 @@ void Recorder::check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes,
     // Several readers are ordered before a store only when all are of this block's earlier
     // phases (kSeveral with its latest epoch among them).
     const bool read_race = access == Access::store && s.reader_epoch != 0 &&
-                           (several ? !(s.reader_thread == kSeveral && s.reader_epoch >= block_epoch_ &&
-                                        s.reader_epoch < epoch_)
+                           (several ? !(s.reader_thread == kSeveral &&
+                                        s.reader_epoch >= block_epoch_ && s.reader_epoch < epoch_)
                                     : !ordered_before(s.reader_epoch, s.reader_thread));
     if (write_race || read_race) {
       const std::uint16_t other = write_race ? s.writer_thread : s.reader_thread;
       const bool this_block = (write_race ? s.writer_epoch : s.reader_epoch) >= block_epoch_;
-      const std::string who = !write_race && several ? std::string("several other threads read")
-                              : "thread " + std::to_string(other) + " of " +
-                                    (this_block ? "this block" : "another block") +
-                                    (write_race ? " wrote" : " read");
+      const std::string who = !write_race && several
+                                  ? std::string("several other threads read")
+                                  : "thread " + std::to_string(other) + " of " +
+                                        (this_block ? "this block" : "another block") +
+                                        (write_race ? " wrote" : " read");
       report(std::string("race: ") + access_name(access) + " of a byte that " + who +
                  " in the same launch" + (phase_ > 0 ? ", with no barrier between" : ""),
              reinterpret_cast<const void*>(address), bytes);
@@ -251,17 +260,21 @@ void Recorder::check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes,
     if (access == Access::store) {
       s.writer_epoch = epoch_, s.writer_thread = thread;
     } else if (s.reader_epoch == 0 ||
-               (several ? s.reader_thread == kSeveral && s.reader_epoch >= block_epoch_ && s.reader_epoch < epoch_
+               (several ? s.reader_thread == kSeveral && s.reader_epoch >= block_epoch_ &&
+                              s.reader_epoch < epoch_
                         : ordered_before(s.reader_epoch, s.reader_thread))) {
       s.reader_epoch = epoch_, s.reader_thread = thread;  // replaces the reads ordered before it
     } else {
-      s.reader_thread = s.reader_thread != kSeveralBlocks && s.reader_epoch >= block_epoch_ ? kSeveral : kSeveralBlocks;
+      s.reader_thread = s.reader_thread != kSeveralBlocks && s.reader_epoch >= block_epoch_
+                            ? kSeveral
+                            : kSeveralBlocks;
       s.reader_epoch = epoch_;
     }
   }
 }
 
-void Recorder::count(std::uintptr_t address, int bytes, Access access, bool index, Page& first_page) {
+void Recorder::count(std::uintptr_t address, int bytes, Access access, bool index,
+                     Page& first_page) {
   ++accesses_;
   requested_ += bytes;
   block_accessed_ = true;
@@ -277,10 +290,12 @@ void Recorder::count(std::uintptr_t address, int bytes, Access access, bool inde
     loaded_bytes_ += bytes;
   }
   const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
-  if (coalescing_block_) warp_records_.push_back({coord_.thread / kWarp, sequence_++, address, end});
+  if (coalescing_block_)
+    warp_records_.push_back({coord_.thread / kWarp, sequence_++, address, end});
   const bool store = access == Access::store;
   for (std::uintptr_t s = address / kSector; s <= (end - 1) / kSector; ++s) {
-    Page& page = (s * kSector) >> kPageBits == address >> kPageBits ? first_page : page_of(s * kSector);
+    Page& page =
+        (s * kSector) >> kPageBits == address >> kPageBits ? first_page : page_of(s * kSector);
     const std::uintptr_t bit = s % (std::uintptr_t{1} << (kPageBits - 5));  // 128 sectors a page
     std::uint64_t& word = (store ? page.written : page.read)[bit / 64];
     const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
@@ -326,8 +341,11 @@ void Recorder::fold_warp_accesses() {
   peak_records_ = std::max(peak_records_, warp_records_.size());
   std::int64_t numbers = 0;
   int warps = 0;
-  for (const WarpRecord& r : warp_records_) numbers = std::max(numbers, r.sequence + 1), warps = std::max(warps, r.warp + 1);
-  const auto key = [numbers](const WarpRecord& r) { return static_cast<std::size_t>(r.warp * numbers + r.sequence); };
+  for (const WarpRecord& r : warp_records_)
+    numbers = std::max(numbers, r.sequence + 1), warps = std::max(warps, r.warp + 1);
+  const auto key = [numbers](const WarpRecord& r) {
+    return static_cast<std::size_t>(r.warp * numbers + r.sequence);
+  };
   group_start_.assign(static_cast<std::size_t>(warps * numbers) + 1, 0);
   for (const WarpRecord& r : warp_records_) ++group_start_[key(r) + 1];
   for (std::size_t k = 1; k < group_start_.size(); ++k) group_start_[k] += group_start_[k - 1];
@@ -373,7 +391,6 @@ void Recorder::end_block() {
   block_accessed_ = false;
 }
 
-
 void Recorder::finish() {
   end_block();
   block_ = -1;
@@ -403,9 +420,11 @@ LaunchStats Recorder::stats() const {
   // The model's state: a page record (with its hash node) per page touched, the shadows of
   // the writable pages, the largest phase's access records.
   constexpr std::int64_t kNodeBytes = 32;
-  s.model_bytes = static_cast<std::int64_t>(pages_.size()) * (static_cast<std::int64_t>(sizeof(Page)) + kNodeBytes) +
-                  shadow_pages_ * static_cast<std::int64_t>(kGranulesPerPage * sizeof(Shadow)) +
-                  static_cast<std::int64_t>(peak_records_ * (sizeof(WarpRecord) + 3 * sizeof(std::size_t)));
+  s.model_bytes =
+      static_cast<std::int64_t>(pages_.size()) *
+          (static_cast<std::int64_t>(sizeof(Page)) + kNodeBytes) +
+      shadow_pages_ * static_cast<std::int64_t>(kGranulesPerPage * sizeof(Shadow)) +
+      static_cast<std::int64_t>(peak_records_ * (sizeof(WarpRecord) + 3 * sizeof(std::size_t)));
   std::int64_t both = 0;  // sectors read and written
   for (const auto& [_, page] : pages_)
     for (int w = 0; w < 2; ++w) both += __builtin_popcountll(page.read[w] & page.written[w]);

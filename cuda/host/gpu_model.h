@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The GPU model of the host backend (docs/architecture.md rule 5): while a launch runs under a Recorder,
-// every global access of the kernel bodies (kernels/portability.h) is shown to it first. It
-// checks what a GPU would punish and counts what a GPU would fetch:
+// The GPU model of the host backend (docs/architecture.md rule 5): while a launch runs under a
+// Recorder, every global access of the kernel bodies (kernels/portability.h) is shown to it first.
+// It checks what a GPU would punish and counts what a GPU would fetch:
 //   - alignment: an access whose address is not a multiple of its size (a GPU's misaligned
 //     address fault);
 //   - bounds: an access outside the elements of every tensor of the call's footprint, gaps
@@ -12,9 +12,9 @@
 //     phase of a phased body); shared memory likewise, within its block;
 //   - coalescing: per warp (32 consecutive threads of a block) and per access in program
 //     order, the distinct 32-byte sectors against the bytes requested (over a sample of the
-//     blocks: one run of kSampleRun in kCoalescingStride, every access still checked); per launch, the
-//     distinct sectors read plus the distinct sectors written (the predicted DRAM traffic:
-//     each sector fetched once, each written sector written back once);
+//     blocks: one run of kSampleRun in kCoalescingStride, every access still checked); per launch,
+//     the distinct sectors read plus the distinct sectors written (the predicted DRAM traffic: each
+//     sector fetched once, each written sector written back once);
 //   - round trips, for the timing model: per thread and phase, the batches of loads that can
 //     be in flight together (ModelLaunchStats), and per block the critical path.
 // The executor runs a recorded launch on one thread, calling begin_thread before each thread
@@ -71,9 +71,9 @@ class Recorder final : public host::ThreadObserver {
  private:
   struct Interval {  // disjoint byte range of the footprint
     std::uintptr_t begin, end;
-    int region;         ///< index in the footprint of the first tensor covering it
+    int region;  ///< index in the footprint of the first tensor covering it
     bool readable, writable, atomic;
-    bool index;         ///< an index array's bytes
+    bool index;  ///< an index array's bytes
   };
   struct RoundTrips {  // batches of loads waited for: of data, and of index arrays
     std::int64_t data = 0, index = 0;
@@ -150,13 +150,14 @@ class Recorder final : public host::ThreadObserver {
   std::uint32_t epoch_ = 0;        ///< of the current (block, phase): 1, 2, ... in running order
   std::uint32_t block_epoch_ = 0;  ///< the epoch of the current block's first phase
   std::int32_t phase_ = 0;         ///< of a phased body; 0 otherwise
-  std::uintptr_t shared_begin_ = 0, shared_end_ = 0;  ///< the current block's shared memory
+  std::uintptr_t shared_begin_ = 0, shared_end_ = 0;   ///< the current block's shared memory
   std::vector<Shadow> shared_shadow_;                  ///< by granule
-  std::int64_t sequence_ = 0;    ///< accesses of the current thread so far
-  std::vector<WarpRecord> warp_records_;  ///< the current phase's accesses
+  std::int64_t sequence_ = 0;                          ///< accesses of the current thread so far
+  std::vector<WarpRecord> warp_records_;               ///< the current phase's accesses
   std::vector<std::size_t> group_start_, group_fill_;  ///< fold_warp_accesses' counting sort
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> grouped_;
-  std::int64_t sectors_read_ = 0, sectors_written_ = 0, chunks_ = 0, index_loads_ = 0, shadow_pages_ = 0;
+  std::int64_t sectors_read_ = 0, sectors_written_ = 0, chunks_ = 0, index_loads_ = 0,
+               shadow_pages_ = 0;
   std::size_t peak_records_ = 0;  ///< the most access records of one phase
   std::int64_t accesses_ = 0, requested_ = 0, errors_ = 0;
   std::int64_t useful_bytes_ = 0, warp_sector_bytes_ = 0;  ///< of the blocks folded so far
@@ -164,9 +165,10 @@ class Recorder final : public host::ThreadObserver {
   // the current block's over its finished phases, and the finished blocks' total.
   bool batch_open_ = false;
   RoundTrips thread_trips_, phase_trips_, block_trips_, launch_trips_;
-  std::int64_t block_ = -1;            ///< the block running (-1: none yet)
+  std::int64_t block_ = -1;  ///< the block running (-1: none yet)
   bool block_accessed_ = false;
-  std::int64_t blocks_observed_ = 0, blocks_run_ = 0, load_batches_ = 0, loaded_bytes_ = 0, stored_bytes_ = 0;
+  std::int64_t blocks_observed_ = 0, blocks_run_ = 0, load_batches_ = 0, loaded_bytes_ = 0,
+               stored_bytes_ = 0;
   std::vector<std::string> findings_;
 };
 

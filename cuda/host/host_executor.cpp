@@ -115,13 +115,15 @@ void HostExecutor::for_each_block(GridShape grid, PerBlock per_block) const {
   // Small launches run on the calling thread: starting workers would cost more than they save.
   constexpr std::int64_t kMinParallelCalls = 1024;
   const std::int64_t calls = grid.blocks * grid.threads;
-  const std::int64_t workers = calls < kMinParallelCalls ? 1 : std::min<std::int64_t>(threads_, tiles);
+  const std::int64_t workers =
+      calls < kMinParallelCalls ? 1 : std::min<std::int64_t>(threads_, tiles);
   std::atomic<std::int64_t> next{0};
   auto work = [&] {
     for (;;) {
       const std::int64_t k = next.fetch_add(1, std::memory_order_relaxed);
       if (k >= tiles) return;
-      const auto first = static_cast<std::int64_t>(tile_order(static_cast<std::uint64_t>(k))) * tile;
+      const auto first =
+          static_cast<std::int64_t>(tile_order(static_cast<std::uint64_t>(k))) * tile;
       const std::int64_t last = std::min(first + tile, grid.blocks);
       for (std::int64_t block = first; block < last; ++block)
         if (!observer_ || observer_->runs_block(block)) per_block(block, tile == 1);
@@ -152,7 +154,8 @@ void HostExecutor::run_phased(GridShape grid, PhaseCount phases, std::size_t sha
     GridCoord coord{block, grid.blocks, 0, grid.threads};
     const std::int64_t count = phases(args, coord);
     for (std::int64_t phase = 0; phase < count; ++phase) {
-      if (observer_) observer_->begin_phase(block, static_cast<int>(phase), shared.data(), shared_bytes);
+      if (observer_)
+        observer_->begin_phase(block, static_cast<int>(phase), shared.data(), shared_bytes);
       const std::uint64_t key = mix(seed_ ^ mix(static_cast<std::uint64_t>(block) + 1) ^
                                     mix(static_cast<std::uint64_t>(phase) + 0x5151));
       const IndexPermutation thread_order(static_cast<std::uint64_t>(grid.threads), key);

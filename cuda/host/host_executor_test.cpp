@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host grid executor: every (block, thread) runs exactly once, orders follow the seed,
 // results are the same with one worker and many.
-#include "host/host_executor.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdint>
 #include <set>
 #include <vector>
+
+#include "host/host_executor.h"
 
 namespace mlarope::host {
 namespace {
@@ -45,9 +45,10 @@ TEST(IndexPermutation, DifferentKeysGiveDifferentOrders) {
 TEST(HostExecutor, RunsEveryBlockAndThreadOnce) {
   for (int workers : {1, 2, 5}) {
     const GridShape grid{337, 13};  // enough calls for the workers to start
-    std::vector<std::atomic<int>> hits(337 * 13);
+    std::vector<std::atomic<int>> hits(std::size_t{337} * 13);
     const Counts counts{&hits, 13};
-    launch(HostExecutor(workers * 17u, workers), grid, &count_body, counts);
+    launch(HostExecutor(std::uint64_t{17} * static_cast<std::uint64_t>(workers), workers), grid,
+           &count_body, counts);
     for (const auto& h : hits) ASSERT_EQ(h.load(), 1);
   }
 }
@@ -79,7 +80,7 @@ TEST(HostExecutor, LargeGridsShuffleTilesAndRotateThreads) {
   launch(HostExecutor(2, 1), GridShape{5000, 7}, &record_body, Order{&b});
   EXPECT_NE(a, b);
   EXPECT_EQ(std::set<std::int64_t>(a.begin(), a.end()).size(), 5000u * 7);
-  std::vector<std::atomic<int>> hits(5000 * 7);
+  std::vector<std::atomic<int>> hits(std::size_t{5000} * 7);
   launch(HostExecutor(3, 3), GridShape{5000, 7}, &count_body, Counts{&hits, 7});
   for (const auto& h : hits) ASSERT_EQ(h.load(), 1);
 }

@@ -67,7 +67,8 @@ struct PickRope {
 template <class T>
 struct PickKv {
   static auto get(KvVariant v) {
-    return v == KvVariant::vector ? &run_kv_split_typed<T, kVectorPairs<T>> : &run_kv_split_typed<T, 1>;
+    return v == KvVariant::vector ? &run_kv_split_typed<T, kVectorPairs<T>>
+                                  : &run_kv_split_typed<T, 1>;
   }
 };
 template <class T>
@@ -78,7 +79,9 @@ struct PickKvBackward {
   }
 };
 
-void run_rope(const HostExecutor& e, const detail::RopeLaunch& l) { by_dtype<PickRope>(l.dtype)(e, l); }
+void run_rope(const HostExecutor& e, const detail::RopeLaunch& l) {
+  by_dtype<PickRope>(l.dtype)(e, l);
+}
 
 void run_kv_split(const HostExecutor& e, const detail::KvSplitLaunch& l) {
   by_dtype<PickKv>(l.dtype, l.variant)(e, l);

@@ -30,9 +30,7 @@ std::string kernel_name(const char* op, const char* variant, DType dtype) {
 }  // namespace
 
 HostStream::HostStream(const HostStreamOptions& options, const KernelTable& kernels)
-    : executor_(options.seed, options.threads),
-      kernels_(&kernels),
-      gpu_model_(options.gpu_model),
+    : executor_(options.seed, options.threads), kernels_(&kernels), gpu_model_(options.gpu_model),
       model_block_stride_(options.model_block_stride),
       model_stats_(std::make_shared<std::vector<kernels::gpu_model::LaunchStats>>()) {}
 
@@ -46,9 +44,11 @@ void throw_model_findings(const kernels::gpu_model::Recorder& recorder) {
 }
 
 void check_launch_configuration(const std::string& kernel, const kernels::GridShape& grid) {
-  if (grid.blocks >= 1 && grid.blocks <= 0x7fffffff && grid.threads >= 1 && grid.threads <= 1024) return;
-  throw Error("GPU model: " + kernel + " launched with grid " + std::to_string(grid.blocks) + " x " +
-              std::to_string(grid.threads) + ": not a launch configuration a GPU accepts (1 to 2^31 - 1 "
+  if (grid.blocks >= 1 && grid.blocks <= 0x7fffffff && grid.threads >= 1 && grid.threads <= 1024)
+    return;
+  throw Error("GPU model: " + kernel + " launched with grid " + std::to_string(grid.blocks) +
+              " x " + std::to_string(grid.threads) +
+              ": not a launch configuration a GPU accepts (1 to 2^31 - 1 "
               "blocks of 1 to 1024 threads; CUDA fails it with cudaErrorInvalidConfiguration)");
 }
 

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "host/host_executor.h"
 #include "host/gpu_model.h"
+#include "host/host_executor.h"
 #include "host/host_kernels.h"
 #include "launch/stream_impl.h"
 
@@ -50,7 +50,9 @@ class HostStream : public detail::StreamImpl {
   /// What the GPU model measured of each launch so far (empty in fast mode).
   const std::vector<kernels::gpu_model::LaunchStats>& model_stats() const { return *model_stats_; }
   /// model_stats(), emptied.
-  std::vector<kernels::gpu_model::LaunchStats> take_model_stats() { return std::exchange(*model_stats_, {}); }
+  std::vector<kernels::gpu_model::LaunchStats> take_model_stats() {
+    return std::exchange(*model_stats_, {});
+  }
 
  protected:
   /// The kernel bodies this stream runs.
@@ -89,8 +91,8 @@ void HostStream::submit_launch(std::string kernel, void (*run)(const HostExecuto
     return;
   }
   check_launch_configuration(kernel, l.grid);  // what cudaLaunchKernel would refuse
-  submit([run, l, repeats, kernel = std::move(kernel), footprint = footprint_, stride = model_block_stride_,
-          stats = model_stats_](const HostExecutor& e) {
+  submit([run, l, repeats, kernel = std::move(kernel), footprint = footprint_,
+          stride = model_block_stride_, stats = model_stats_](const HostExecutor& e) {
     for (int i = 0; i < repeats; ++i) {
       kernels::gpu_model::Recorder recorder(kernel, footprint, stride);
       kernels::gpu_model::run_recorded(recorder, e, [&](const HostExecutor& r) { run(r, l); });

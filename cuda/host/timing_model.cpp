@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The timing model (include/mlarope/timing.h): device profiles, ptxas's figures of the kernels,
 // occupancy, and a launch's predicted time.
-#include "mlarope/timing.h"
-
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <sstream>
 
 #include "mlarope/error.h"
+#include "mlarope/timing.h"
 
 namespace mlarope {
 namespace host {
@@ -67,7 +66,6 @@ std::string between(const std::string& line, const std::string& open, const std:
   return b == std::string::npos ? "" : line.substr(a + open.size(), b - a - open.size());
 }
 
-
 // The loaded DRAM latency at utilisation u (bandwidth drawn / bandwidth available) of `d`.
 double loaded_latency(const DeviceProfile& d, double u) {
   return d.dram_latency * (1 + d.latency_load_factor * u / (1 - u));
@@ -77,8 +75,8 @@ double loaded_latency(const DeviceProfile& d, double u) {
 // L2 round trips while the wave moves `bytes` at up to `bandwidth`: the t with t = trips x
 // latency(bytes / t) + index_trips x l2_latency, never under bytes / bandwidth (where the
 // latency is unbounded). The right side falls as t grows, so bisection finds the one solution.
-double wave_seconds(const DeviceProfile& d, double bandwidth, double trips, double index_trips, double phases,
-                    double bytes, double* latency) {
+double wave_seconds(const DeviceProfile& d, double bandwidth, double trips, double index_trips,
+                    double phases, double bytes, double* latency) {
   const double floor = bytes / bandwidth;
   const auto demand = [&](double t) {
     const double u = floor > 0 ? floor / t : 0.0;
@@ -112,8 +110,8 @@ DeviceProfile parse_device_profile(const std::string& text) {
     if (!j.contains(key) || !j[key].is_number())
       throw Error(std::string("device profile: \"") + key + "\" missing or not a number");
     field = j[key].get<std::decay_t<decltype(field)>>();
-    if (!(field > 0) && std::string(key) != "latency_load_factor" && std::string(key) != "dram_density_exponent" &&
-        std::string(key) != "phase_tail")
+    if (!(field > 0) && std::string(key) != "latency_load_factor" &&
+        std::string(key) != "dram_density_exponent" && std::string(key) != "phase_tail")
       throw Error(std::string("device profile: \"") + key + "\" must be positive");
   };
   d.name = j.value("name", "");
@@ -153,7 +151,8 @@ std::vector<KernelResource> parse_ptxas(const std::string& text) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.find("Compiling entry function '") != std::string::npos) {
-      kernels.push_back({short_name(between(line, "entry function '", "'")), between(line, "for '", "'")});
+      kernels.push_back(
+          {short_name(between(line, "entry function '", "'")), between(line, "for '", "'")});
     } else if (kernels.empty()) {
       continue;
     } else if (line.find("bytes stack frame") != std::string::npos) {
@@ -161,14 +160,14 @@ std::vector<KernelResource> parse_ptxas(const std::string& text) {
       k.stack = number_before(line, "bytes stack frame");
       k.spill_stores = number_before(line, "bytes spill stores");
       k.spill_loads = number_before(line, "bytes spill loads");
-    } else if (line.find(" registers") != std::string::npos && line.find("Used ") != std::string::npos) {
+    } else if (line.find(" registers") != std::string::npos &&
+               line.find("Used ") != std::string::npos) {
       kernels.back().registers = static_cast<int>(number_before(line, "registers"));
       kernels.back().smem = number_before(line, "bytes smem");
     }
   }
   return kernels;
 }
-
 
 const std::vector<KernelResource>& built_kernel_resources() {
   static const std::vector<KernelResource> kernels = parse_ptxas(host::kSm90Ptxas);
@@ -181,13 +180,17 @@ std::string cuda_kernel_of(const std::string& model_kernel) {
   std::stringstream in(model_kernel);
   for (std::string p; std::getline(in, p, '/');) part.push_back(p);
   if (part.size() != 3) return "";
-  const std::string type = part[2] == "f32" ? "float" : part[2] == "bf16" ? "BFloat16" : part[2] == "f16" ? "Half" : "";
+  const std::string type = part[2] == "f32"    ? "float"
+                           : part[2] == "bf16" ? "BFloat16"
+                           : part[2] == "f16"  ? "Half"
+                                               : "";
   if (type.empty()) return "";
   const std::string vector_pairs = part[2] == "f32" ? "2" : "4";  // 16 bytes of pairs
   const std::string& op = part[0];
   const std::string& variant = part[1];
   if (op == "rope" || op == "rope_backward") {
-    if (variant == "chunked_vector") return "rope_kernel<RopeChunkedRows<" + type + ", " + vector_pairs + "> >";
+    if (variant == "chunked_vector")
+      return "rope_kernel<RopeChunkedRows<" + type + ", " + vector_pairs + "> >";
     if (variant == "chunked_scalar") return "rope_kernel<RopeChunkedRows<" + type + ", 1> >";
     if (variant == "staged_vector") return "rope_kernel<RopeStagedRounds<" + type + "> >";
     if (variant == "whole_slice_scalar") return "rope_kernel<RopeWholeSliceRows<" + type + "> >";
@@ -200,7 +203,8 @@ std::string cuda_kernel_of(const std::string& model_kernel) {
   return "";
 }
 
-KernelResource resource_of(const std::string& model_kernel, const std::vector<KernelResource>& resources) {
+KernelResource resource_of(const std::string& model_kernel,
+                           const std::vector<KernelResource>& resources) {
   const std::string wanted = cuda_kernel_of(model_kernel);
   for (const KernelResource& k : resources)
     if (k.kernel == wanted) return k;
@@ -224,8 +228,8 @@ Occupancy occupancy(const DeviceProfile& d, int threads, int registers, long lon
   return o;
 }
 
-TimePrediction predict_time(const ModelLaunchStats& s, const KernelResource& kernel, const DeviceProfile& d,
-                            std::int64_t minimum_bytes) {
+TimePrediction predict_time(const ModelLaunchStats& s, const KernelResource& kernel,
+                            const DeviceProfile& d, std::int64_t minimum_bytes) {
   TimePrediction p;
   const double observed = static_cast<double>(std::max<std::int64_t>(1, s.blocks_observed));
   const double working = static_cast<double>(std::max<std::int64_t>(1, s.blocks_run));
@@ -237,20 +241,26 @@ TimePrediction predict_time(const ModelLaunchStats& s, const KernelResource& ker
   p.load_phases_per_block = static_cast<double>(s.load_phases) / working;
   p.occupancy = occupancy(d, s.threads, kernel.registers, kernel.smem);
   const double resident = static_cast<double>(p.occupancy.blocks_per_sm) * d.sms;
-  if (resident <= 0) throw Error("timing model: " + s.kernel + " fits no block on an SM (" + p.occupancy.limit + ")");
+  if (resident <= 0)
+    throw Error("timing model: " + s.kernel + " fits no block on an SM (" + p.occupancy.limit +
+                ")");
   p.waves = active / resident;
-  const double bytes_per_trip = s.round_trips > 0 ? static_cast<double>(s.loaded_bytes) / static_cast<double>(s.round_trips) : 0;
+  const double bytes_per_trip =
+      s.round_trips > 0 ? static_cast<double>(s.loaded_bytes) / static_cast<double>(s.round_trips)
+                        : 0;
   p.bytes_in_flight_per_sm = p.occupancy.blocks_per_sm * bytes_per_trip;
   p.fits_l2 = p.dram_bytes <= d.l2_bytes;
   if (s.dram_chunks > 0)
-    p.dram_density = std::min(1.0, static_cast<double>(s.touched_bytes) / (static_cast<double>(s.dram_chunks) * 1024));
+    p.dram_density = std::min(1.0, static_cast<double>(s.touched_bytes) /
+                                       (static_cast<double>(s.dram_chunks) * 1024));
   const double bandwidth = d.copy_bandwidth * std::pow(p.dram_density, d.dram_density_exponent);
   double seconds = d.launch_overhead;
   for (double left = active; left > 0; left -= resident) {
     const double blocks = std::min(left, resident);
     double latency = 0;
-    const double t = wave_seconds(d, bandwidth, p.round_trips_per_block, p.index_round_trips_per_block,
-                                  p.load_phases_per_block, p.dram_bytes * blocks / active, &latency);
+    const double t =
+        wave_seconds(d, bandwidth, p.round_trips_per_block, p.index_round_trips_per_block,
+                     p.load_phases_per_block, p.dram_bytes * blocks / active, &latency);
     if (left == active) {
       p.latency = latency;
       p.limit = t <= 1.0001 * p.dram_bytes * blocks / active / bandwidth ? "bandwidth" : "latency";

@@ -2,11 +2,10 @@
 // The timing model's parts against figures worked out by hand: occupancy from the sm_90 rules,
 // the device profile's parsing, the CUDA kernel of each model kernel, and how a prediction
 // moves with round trips, waves and sparse DRAM use.
-#include "mlarope/timing.h"
-
 #include <gtest/gtest.h>
 
 #include "mlarope/error.h"
+#include "mlarope/timing.h"
 
 using namespace mlarope;
 
@@ -45,14 +44,15 @@ ModelLaunchStats launch(std::int64_t blocks, std::int64_t trips, std::int64_t by
 
 TEST(TimingModel, OccupancyFollowsTheSm90Rules) {
   const DeviceProfile d = test_device();
-  // 80 registers x 32 lanes = 2560 a warp (a multiple of 256); 4 warps: 10240 a block; 65536 / 10240 = 6.
+  // 80 registers x 32 lanes = 2560 a warp (a multiple of 256); 4 warps: 10240 a block; 65536 /
+  // 10240 = 6.
   EXPECT_EQ(occupancy(d, 128, 80, 536).blocks_per_sm, 6);
   EXPECT_EQ(occupancy(d, 128, 80, 536).limit, "registers");
   EXPECT_EQ(occupancy(d, 128, 75, 536).blocks_per_sm, 6);  // 75 x 32 = 2400 rounds up to 2560
   EXPECT_EQ(occupancy(d, 128, 72, 536).blocks_per_sm, 7);  // 2304 a warp: 65536 / 9216 = 7
   EXPECT_EQ(occupancy(d, 1024, 16, 0).blocks_per_sm, 2);   // 2048 threads an SM
   EXPECT_EQ(occupancy(d, 1024, 16, 0).limit, "threads");
-  EXPECT_EQ(occupancy(d, 32, 16, 0).blocks_per_sm, 32);    // 32 blocks an SM at most
+  EXPECT_EQ(occupancy(d, 32, 16, 0).blocks_per_sm, 32);  // 32 blocks an SM at most
   EXPECT_EQ(occupancy(d, 32, 16, 0).limit, "blocks");
   DeviceProfile small = d;
   small.shared_carveout_bytes = 32 * 1024;  // 16912 + 1024 reserved: one block in 32 KiB
@@ -78,23 +78,34 @@ TEST(TimingModel, ProfilesParseAndNameWhatIsWrong) {
 }
 
 TEST(TimingModel, EveryModelKernelHasItsCudaKernelAndItsPtxasFigures) {
-  EXPECT_EQ(cuda_kernel_of("rope/chunked_vector/bf16"), "rope_kernel<RopeChunkedRows<BFloat16, 4> >");
-  EXPECT_EQ(cuda_kernel_of("rope_backward/chunked_scalar/f32"), "rope_kernel<RopeChunkedRows<float, 1> >");
+  EXPECT_EQ(cuda_kernel_of("rope/chunked_vector/bf16"),
+            "rope_kernel<RopeChunkedRows<BFloat16, 4> >");
+  EXPECT_EQ(cuda_kernel_of("rope_backward/chunked_scalar/f32"),
+            "rope_kernel<RopeChunkedRows<float, 1> >");
   EXPECT_EQ(cuda_kernel_of("rope/staged_vector/f16"), "rope_kernel<RopeStagedRounds<Half> >");
-  EXPECT_EQ(cuda_kernel_of("rope/whole_slice_scalar/bf16"), "rope_kernel<RopeWholeSliceRows<BFloat16> >");
+  EXPECT_EQ(cuda_kernel_of("rope/whole_slice_scalar/bf16"),
+            "rope_kernel<RopeWholeSliceRows<BFloat16> >");
   EXPECT_EQ(cuda_kernel_of("kv_split/vector/f32"), "kv_split_kernel<float, 2>");
-  EXPECT_EQ(cuda_kernel_of("kv_split_backward/scalar/bf16"), "kv_split_backward_kernel<BFloat16, 1>");
+  EXPECT_EQ(cuda_kernel_of("kv_split_backward/scalar/bf16"),
+            "kv_split_backward_kernel<BFloat16, 1>");
   EXPECT_EQ(cuda_kernel_of("yarn_tables"), "yarn_tables_kernel");
   EXPECT_EQ(cuda_kernel_of("rope/unknown/bf16"), "");
   EXPECT_EQ(built_kernel_resources().size(), 25u);
   for (const char* op : {"rope", "rope_backward"})
-    for (const char* variant : {"chunked_vector", "chunked_scalar", "staged_vector", "whole_slice_scalar"})
+    for (const char* variant :
+         {"chunked_vector", "chunked_scalar", "staged_vector", "whole_slice_scalar"})
       for (const char* dtype : {"f32", "bf16", "f16"})
-        EXPECT_GT(resource_of(std::string(op) + "/" + variant + "/" + dtype, built_kernel_resources()).registers, 0);
+        EXPECT_GT(resource_of(std::string(op) + "/" + variant + "/" + dtype,
+                              built_kernel_resources())
+                      .registers,
+                  0);
   for (const char* op : {"kv_split", "kv_split_backward"})
     for (const char* variant : {"vector", "scalar"})
       for (const char* dtype : {"f32", "bf16", "f16"})
-        EXPECT_GT(resource_of(std::string(op) + "/" + variant + "/" + dtype, built_kernel_resources()).registers, 0);
+        EXPECT_GT(resource_of(std::string(op) + "/" + variant + "/" + dtype,
+                              built_kernel_resources())
+                      .registers,
+                  0);
   EXPECT_THROW(resource_of("rope/unknown/bf16", built_kernel_resources()), Error);
 }
 
@@ -125,12 +136,13 @@ TEST(TimingModel, PredictionsMoveWithRoundTripsWavesAndDensity) {
   // A sample of one block in 16 stands for the whole grid.
   ModelLaunchStats sample = launch(1024, 24, bytes);
   sample.blocks_observed = sample.blocks_run = 64;
-  sample.round_trips = 24 * 64;
+  sample.round_trips = std::int64_t{24} * 64;
   sample.load_phases = 64;
   sample.dram_bytes = bytes / 16;
   EXPECT_NEAR(predict_time(sample, k, d, bytes).seconds, many.seconds, 1e-12);
   // The copy: its overhead plus the bytes at the copy bandwidth.
-  EXPECT_NEAR(predict_copy_time(bytes, d).seconds, d.copy_overhead + bytes / d.copy_bandwidth, 1e-15);
+  EXPECT_NEAR(predict_copy_time(bytes, d).seconds, d.copy_overhead + bytes / d.copy_bandwidth,
+              1e-15);
 }
 
 #if defined(MLAROPE_BUILT_PTXAS)

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mlarope/types.h"
 #include "kernels/portability.h"
+#include "mlarope/types.h"
 
 namespace mlarope::kernels {
 
@@ -93,7 +93,8 @@ MLAROPE_HD MLAROPE_INLINE void store_vector(T* p, const float (&in)[K]) {
   for (int piece = 0; piece < K / kPerPiece; ++piece) {
     RawVector<kBytes> r{};
     MLAROPE_UNROLL
-    for (int j = 0; j < kPerPiece; ++j) set_piece_element<T, kBytes>(r, j, in[piece * kPerPiece + j]);
+    for (int j = 0; j < kPerPiece; ++j)
+      set_piece_element<T, kBytes>(r, j, in[piece * kPerPiece + j]);
     store_raw<kBytes>(p + piece * kPerPiece, r);
   }
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Which table row a row uses (docs/semantics.md §2), computed on the device from the device metadata,
-// which is never trusted for memory access: every index read stays inside its array.
+// Which table row a row uses (docs/semantics.md §2), computed on the device from the device
+// metadata, which is never trusted for memory access: every index read stays inside its array.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t row_count(const PositionArgs& p) {
 
 /// CP position of local position `lp` in a local sequence of length `len` (docs/semantics.md §2).
 MLAROPE_HD MLAROPE_INLINE std::int64_t cp_pos(std::int64_t lp, std::int64_t len,
-                                             std::int64_t cp_size, std::int64_t cp_rank) {
+                                              std::int64_t cp_size, std::int64_t cp_rank) {
   if (cp_size == 1) return lp;
   const std::int64_t half = len / 2;
   if (lp < half) return cp_rank * half + lp;
@@ -33,7 +33,7 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t cp_pos(std::int64_t lp, std::int64_t len,
 /// A plan for `freq_row`: rotate when it lies inside the table, else pass through and raise
 /// kStatusRowOutsideTable (by the reporting thread only, to keep atomics few).
 MLAROPE_HD MLAROPE_INLINE RowPlan checked_plan(const PositionArgs& p, std::int64_t freq_row,
-                                              bool report) {
+                                               bool report) {
   if (freq_row >= 0 && freq_row < p.table_rows) return {freq_row, true};
   if (report && p.status != nullptr) atomic_or(p.status, kStatusRowOutsideTable);
   return {0, false};
@@ -66,7 +66,8 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t find_sequence(const PositionArgs& p, std:
 
 /// Element r of the position_ids array.
 MLAROPE_HD MLAROPE_INLINE std::int64_t position_id(const PositionArgs& p, std::int64_t r) {
-  if (p.position_ids_type == IndexType::i64) return global_load(static_cast<const std::int64_t*>(p.position_ids) + r);
+  if (p.position_ids_type == IndexType::i64)
+    return global_load(static_cast<const std::int64_t*>(p.position_ids) + r);
   return global_load(static_cast<const std::int32_t*>(p.position_ids) + r);
 }
 
@@ -75,7 +76,8 @@ MLAROPE_HD MLAROPE_INLINE RowPlan plan_thd_row(const PositionArgs& p, std::int64
   const std::int64_t i = find_sequence(p, r);
   if (i >= p.num_sequences) return {0, false};  // padding row
   const std::int64_t start = global_load(p.cu_seqlens + i);
-  const std::int64_t len = quotient(static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) - start, p.cp_size);
+  const std::int64_t len =
+      quotient(static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) - start, p.cp_size);
   std::int64_t freq_row = cp_pos(r - local_start(p, i), len, p.cp_size, p.cp_rank);
   if (p.freq_mode == FreqMode::packed) freq_row += start;
   if (p.seq_offsets != nullptr) freq_row += global_load(p.seq_offsets + i);
@@ -85,18 +87,18 @@ MLAROPE_HD MLAROPE_INLINE RowPlan plan_thd_row(const PositionArgs& p, std::int64
 
 /// The plan of SBHD row `row` = s * B + b.
 MLAROPE_HD MLAROPE_INLINE RowPlan plan_sbhd_row(const PositionArgs& p, std::int64_t row,
-                                               bool report) {
+                                                bool report) {
   const std::int64_t s = p.batch == 1 ? row : quotient(row, p.batch);
   std::int64_t freq_row = cp_pos(s, p.seq_len, p.cp_size, p.cp_rank);
   if (p.seq_offsets != nullptr) freq_row += global_load(p.seq_offsets + (row - s * p.batch));
   return checked_plan(p, freq_row, report);
 }
 
-// ---- The call-level cu_seqlens gate (docs/semantics.md §5) -------------------------------------------
-// A THD call whose cu_seqlens breaks a rule passes every row through. There is no launch
-// before the main kernel to check it: each block checks the whole array itself (its threads
-// take a share of the sequences, a barrier, then one thread combines), before it writes
-// anything; block 0 alone reports the bits to the caller's status word.
+// ---- The call-level cu_seqlens gate (docs/semantics.md §5)
+// ------------------------------------------- A THD call whose cu_seqlens breaks a rule passes
+// every row through. There is no launch before the main kernel to check it: each block checks the
+// whole array itself (its threads take a share of the sequences, a barrier, then one thread
+// combines), before it writes anything; block 0 alone reports the bits to the caller's status word.
 
 /// Threads of a block that check sequences (one shared word each).
 inline constexpr int kGateSlots = 128;
@@ -111,20 +113,22 @@ MLAROPE_HD MLAROPE_INLINE DeviceStatus length_bits(const PositionArgs& p, std::i
 
 /// Status bits of sequence i.
 MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits(const PositionArgs& p, std::int64_t i) {
-  return length_bits(p, static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) - global_load(p.cu_seqlens + i));
+  return length_bits(p, static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) -
+                            global_load(p.cu_seqlens + i));
 }
 
 /// True when the sequences add up to more than the call's rows: cu[N] - cu[0] > T * cp_size.
 MLAROPE_HD MLAROPE_INLINE bool sequences_exceed_rows(const PositionArgs& p) {
   const std::int64_t total =
-      static_cast<std::int64_t>(global_load(p.cu_seqlens + p.num_sequences)) - global_load(p.cu_seqlens);
+      static_cast<std::int64_t>(global_load(p.cu_seqlens + p.num_sequences)) -
+      global_load(p.cu_seqlens);
   return total > p.seq_len * p.cp_size;
 }
 
 /// The gate's verdict from the per-sequence bits: closed (true) when a rule is broken. The
 /// total-length rule is applied only when the per-sequence rules hold; block 0 reports it.
 MLAROPE_HD MLAROPE_INLINE bool gate_verdict(const PositionArgs& p, const GridCoord& g,
-                                           DeviceStatus bits) {
+                                            DeviceStatus bits) {
   if (bits != kStatusOk) return true;
   if (!sequences_exceed_rows(p)) return false;
   if (g.block == 0 && p.status != nullptr) atomic_or(p.status, kStatusBadCuSeqlens);
@@ -152,11 +156,12 @@ MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits_x4(const PositionArgs& p, s
 /// between four at a time (a 16-byte load and one more entry: half a load a sequence, where
 /// one at a time takes two). Block 0 reports the bits.
 MLAROPE_HD MLAROPE_INLINE void check_sequences(const PositionArgs& p, const GridCoord& g,
-                                              DeviceStatus* slots) {
+                                               DeviceStatus* slots) {
   const int n = g.num_threads < kGateSlots ? g.num_threads : kGateSlots;
   if (g.thread >= n) return;
   const auto address = reinterpret_cast<std::uintptr_t>(p.cu_seqlens);
-  std::int64_t head = static_cast<std::int64_t>((16 - address % 16) % 16 / 4);  // entries to alignment
+  std::int64_t head =
+      static_cast<std::int64_t>((16 - address % 16) % 16 / 4);  // entries to alignment
   if (head > p.num_sequences) head = p.num_sequences;
   const std::int64_t groups = (p.num_sequences - head) / 4;
   const std::int64_t units = p.num_sequences - 3 * groups;  // lone sequences and groups
@@ -172,7 +177,7 @@ MLAROPE_HD MLAROPE_INLINE void check_sequences(const PositionArgs& p, const Grid
 /// After check_sequences and a barrier, by one thread of the block: true when every row of the
 /// call passes through.
 MLAROPE_HD MLAROPE_INLINE bool gate_closed(const PositionArgs& p, const GridCoord& g,
-                                          const DeviceStatus* slots) {
+                                           const DeviceStatus* slots) {
   const int n = g.num_threads < kGateSlots ? g.num_threads : kGateSlots;
   DeviceStatus bits = kStatusOk;
   for (int t = 0; t < n; ++t) bits |= shared_load(slots + t);

@@ -94,7 +94,8 @@ inline void stream_copy(void* dst, const void* src, std::size_t bytes) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
   }
   for (; bytes >= 16; bytes -= 16, d += 16, s += 16)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
   std::memcpy(d, s, bytes);
 }
 

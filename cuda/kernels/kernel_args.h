@@ -7,9 +7,9 @@
 
 #include "kernels/element_io.h"
 #include "kernels/grid.h"
+#include "kernels/portability.h"
 #include "mlarope/status.h"
 #include "mlarope/types.h"
-#include "kernels/portability.h"
 
 namespace mlarope::kernels {
 
@@ -57,7 +57,7 @@ struct PositionArgs {
   const void* position_ids = nullptr;  ///< THD, optional: [T]
   IndexType position_ids_type = IndexType::i32;
   const std::int32_t* seq_offsets = nullptr;  ///< optional: [B] or [N]
-  DeviceStatus* status = nullptr;  ///< the caller's status word, optional
+  DeviceStatus* status = nullptr;             ///< the caller's status word, optional
 };
 
 /// The rotation of a call as a kernel applies it: read positions, write positions and the

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Kernel bodies of kv_split and kv_split_backward (docs/semantics.md §4). A round per row (row_rounds.h);
-// the k_pe rope slice is rotated once per row (per pair chunk) and broadcast to every key head,
-// and the backward sums the heads in f32 (in kv_sum_groups' fixed order) before the adjoint
-// rotation.
+// Kernel bodies of kv_split and kv_split_backward (docs/semantics.md §4). A round per row
+// (row_rounds.h); the k_pe rope slice is rotated once per row (per pair chunk) and broadcast to
+// every key head, and the backward sums the heads in f32 (in kv_sum_groups' fixed order) before the
+// adjoint rotation.
 #pragma once
 
 #include <cstdint>
@@ -20,11 +20,11 @@ namespace mlarope::kernels {
 /// key[..., :k] = kv[..., :k] and value = kv[..., k:] for every head of one row.
 template <class T>
 MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T* kv, T* key,
-                                            T* value, const GridCoord& g) {
+                                             T* value, const GridCoord& g) {
   const HeadSegments<T> k_part{kv, key, a.kv.head_stride, a.key.head_stride, a.heads, a.k_dim};
   copy_head_segments<T>(k_part, a.copy_vector, g.thread, g.num_threads);
-  const HeadSegments<T> v_part{kv + a.k_dim, value, a.kv.head_stride, a.value.head_stride, a.heads,
-                               a.v_dim};
+  const HeadSegments<T> v_part{kv + a.k_dim,        value,   a.kv.head_stride,
+                               a.value.head_stride, a.heads, a.v_dim};
   copy_head_segments<T>(v_part, a.copy_vector, g.thread, g.num_threads);
 }
 
@@ -32,8 +32,8 @@ MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T
 /// Largest emb_dim of the host's fast kv_split (its rotated slice lives on the stack).
 inline constexpr std::int64_t kHostKvMaxEmbDim = 512;
 
-/// The host's fast mode of kv_split (KvSplitRows), shaped like the reference: thread 0 of each block
-/// takes the whole row, rotates its k_pe once, and writes each key and value head in one pass
+/// The host's fast mode of kv_split (KvSplitRows), shaped like the reference: thread 0 of each
+/// block takes the whole row, rotates its k_pe once, and writes each key and value head in one pass
 /// (k part, rotated slice, v part), each part one streaming copy.
 template <class T, int kPairs>
 inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
@@ -55,7 +55,8 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
       for (std::int64_t first = 0; first < half_dim; first += kPairs)
         store_pairs<T, kPairs>(slice, r.write_layout, half_dim, first,
                                rotate(load_pairs<T, kPairs>(k_pe, r.read_layout, half_dim, first),
-                                      load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
+                                      load_coefficients<kPairs>(r, plan.freq_row, half_dim,
+                                                                first)));
     }
     const T* kv = row_pointer<T>(a.kv, row, p.batch);
     T* key = row_pointer<T>(a.key, row, p.batch);
@@ -91,7 +92,8 @@ struct KvSplitRows : RowsOfBlock<KvSplitKernelArgs> {
     T* value = row_pointer<T>(a.value, row, p.batch);
     copy_kv_parts(a, kv, key, value, g);
     if (!plan.rotate) {  // pass through: k_pe unrotated into every key head
-      const HeadSegments<T> unrotated{k_pe, key + a.k_dim, 0, a.key.head_stride, a.heads, a.emb_dim};
+      const HeadSegments<T> unrotated{k_pe,    key + a.k_dim, 0, a.key.head_stride,
+                                      a.heads, a.emb_dim};
       copy_head_segments<T>(unrotated, false, g.thread, g.num_threads);
       return;
     }
@@ -111,13 +113,14 @@ struct KvSplitRows : RowsOfBlock<KvSplitKernelArgs> {
 /// grad_kv[..., :k] = grad_key[..., :k] and grad_kv[..., k:] = grad_value for one row.
 template <class T>
 MLAROPE_HD MLAROPE_INLINE void copy_grad_kv_parts(const KvSplitBackwardKernelArgs& a,
-                                                 const T* grad_key, const T* grad_value,
-                                                 T* grad_kv, const GridCoord& g) {
+                                                  const T* grad_key, const T* grad_value,
+                                                  T* grad_kv, const GridCoord& g) {
   const HeadSegments<T> k_part{grad_key, grad_kv, a.grad_key.head_stride, a.grad_kv.head_stride,
-                               a.heads, a.k_dim};
+                               a.heads,  a.k_dim};
   copy_head_segments<T>(k_part, a.copy_vector, g.thread, g.num_threads);
-  const HeadSegments<T> v_part{grad_value, grad_kv + a.k_dim, a.grad_value.head_stride,
-                               a.grad_kv.head_stride, a.heads, a.v_dim};
+  const HeadSegments<T> v_part{
+      grad_value, grad_kv + a.k_dim, a.grad_value.head_stride, a.grad_kv.head_stride, a.heads,
+      a.v_dim};
   copy_head_segments<T>(v_part, a.copy_vector, g.thread, g.num_threads);
 }
 
@@ -158,8 +161,8 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> zero_pairs() {
 /// heads group, group + groups, ... in order, in f32.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> group_sum(const KvSplitBackwardKernelArgs& a,
-                                                     const T* grad_key, std::int64_t first,
-                                                     std::int64_t group, std::int64_t groups) {
+                                                      const T* grad_key, std::int64_t first,
+                                                      std::int64_t group, std::int64_t groups) {
   PairChunk<kPairs> sum = zero_pairs<kPairs>();
   for (std::int64_t h = group; h < a.heads; h += groups) {
     add_pairs(sum, load_pairs<T, kPairs>(grad_key + h * a.grad_key.head_stride + a.k_dim,
@@ -172,13 +175,14 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> group_sum(const KvSplitBackwardKerne
 /// or (a pass-through row) unrotated, positions kept.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE void store_grad_k_pe_chunk(const PairRotation& r, T* grad_k_pe,
-                                                    const RowPlan& plan, std::int64_t half_dim,
-                                                    std::int64_t first, const PairChunk<kPairs>& sum) {
+                                                     const RowPlan& plan, std::int64_t half_dim,
+                                                     std::int64_t first,
+                                                     const PairChunk<kPairs>& sum) {
   if (plan.rotate)
     store_pairs<T, kPairs>(grad_k_pe, r.write_layout, half_dim, first,
-                           rotate(sum, load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
-  else
-    store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
+                           rotate(sum,
+                                  load_coefficients<kPairs>(r, plan.freq_row, half_dim, first)));
+  else store_pairs<T, kPairs>(grad_k_pe, r.read_layout, half_dim, first, sum);
 }
 
 /// kv_split_backward (a RowRounds work). kPairs == kVectorPairs<T>: vector accesses on the
@@ -216,8 +220,9 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
     const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
     T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
     for (std::int64_t c = g.thread; c < chunks(a); c += g.num_threads) {
-      const PairChunk<kPairs> sum = groups > 1 ? added_partial_sums(a, c, groups, s)
-                                               : group_sum<T, kPairs>(a, grad_key, c * kPairs, 0, 1);
+      const PairChunk<kPairs> sum = groups > 1
+                                        ? added_partial_sums(a, c, groups, s)
+                                        : group_sum<T, kPairs>(a, grad_key, c * kPairs, 0, 1);
       store_grad_k_pe_chunk<T, kPairs>(a.rotation, grad_k_pe, plan, a.emb_dim / 2, c * kPairs, sum);
     }
   }
@@ -227,7 +232,8 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
                                             const T* grad_key, std::int64_t groups, Shared& s) {
     for (std::int64_t n = g.thread; n < groups * chunks(a); n += g.num_threads) {
       const std::int64_t group = quotient(n, chunks(a));
-      s.partial.store(n, group_sum<T, kPairs>(a, grad_key, (n - group * chunks(a)) * kPairs, group, groups));
+      s.partial.store(n, group_sum<T, kPairs>(a, grad_key, (n - group * chunks(a)) * kPairs, group,
+                                              groups));
     }
   }
 
@@ -236,7 +242,8 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
                                                          std::int64_t c, std::int64_t groups,
                                                          Shared& s) {
     PairChunk<kPairs> sum = s.partial.load(c);
-    for (std::int64_t group = 1; group < groups; ++group) add_pairs(sum, s.partial.load(group * chunks(a) + c));
+    for (std::int64_t group = 1; group < groups; ++group)
+      add_pairs(sum, s.partial.load(group * chunks(a) + c));
     return sum;
   }
 };
@@ -274,13 +281,15 @@ inline void kv_split_backward_on_host(const KvSplitBackwardKernelArgs& a, const 
       host_stream_copy(kv_head + a.k_dim, grad_value + h * a.grad_value.head_stride, v_bytes);
       PairChunk<kPairs>* sums = partial + group * chunks;
       for (std::int64_t c = 0; c < chunks; ++c)
-        add_pairs(sums[c], load_pairs<T, kPairs>(key_head + a.k_dim, r.read_layout, half_dim, c * kPairs));
+        add_pairs(sums[c],
+                  load_pairs<T, kPairs>(key_head + a.k_dim, r.read_layout, half_dim, c * kPairs));
       group = group + 1 == groups ? 0 : group + 1;
     }
     T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
     for (std::int64_t c = 0; c < chunks; ++c) {
       PairChunk<kPairs> sum = partial[c];
-      for (std::int64_t group = 1; group < groups; ++group) add_pairs(sum, partial[group * chunks + c]);
+      for (std::int64_t group = 1; group < groups; ++group)
+        add_pairs(sum, partial[group * chunks + c]);
       store_grad_k_pe_chunk<T, kPairs>(r, grad_k_pe, plan, half_dim, c * kPairs, sum);
     }
   }

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The rotation of docs/semantics.md §3 on a chunk of kPairs consecutive logical pairs of one rope slice:
-// reading the pairs in a layout, the coefficients from the table row, the rotation (forward or
-// adjoint), writing the pairs in a layout. kPairs == 4 uses vector accesses, 1 scalar ones.
+// The rotation of docs/semantics.md §3 on a chunk of kPairs consecutive logical pairs of one rope
+// slice: reading the pairs in a layout, the coefficients from the table row, the rotation (forward
+// or adjoint), writing the pairs in a layout. kPairs == 4 uses vector accesses, 1 scalar ones.
 #pragma once
 
 #include <cstdint>
-
 #include <type_traits>
 
 #include "kernels/element_io.h"
@@ -69,24 +68,25 @@ struct PairCoefficients {
 
 /// Positions of logical pair i in a slice of `half_dim` pairs.
 MLAROPE_HD MLAROPE_INLINE std::int64_t u_position(PairLayout layout, std::int64_t i,
-                                                 std::int64_t half_dim) {
+                                                  std::int64_t half_dim) {
   (void)half_dim;
   return layout == PairLayout::half ? i : 2 * i;
 }
 MLAROPE_HD MLAROPE_INLINE std::int64_t v_position(PairLayout layout, std::int64_t i,
-                                                 std::int64_t half_dim) {
+                                                  std::int64_t half_dim) {
   return layout == PairLayout::half ? i + half_dim : 2 * i + 1;
 }
 
 /// Pairs first .. first + kPairs - 1 of `slice`, stored in `layout`.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> load_pairs(const T* slice, PairLayout layout,
-                                                      std::int64_t half_dim, std::int64_t first) {
+                                                       std::int64_t half_dim, std::int64_t first) {
   PairChunk<kPairs> c;
 #if defined(MLAROPE_HOST_SSE2)
   if constexpr (std::is_same_v<T, BFloat16> && kPairs == 4) {
     if (!MLAROPE_DEVICE_PATHS()) {
-      if (layout == PairLayout::half) host_simd::load_half(slice + first, slice + half_dim + first, c.u, c.v);
+      if (layout == PairLayout::half)
+        host_simd::load_half(slice + first, slice + half_dim + first, c.u, c.v);
       else host_simd::load_interleaved(slice + 2 * first, c.u, c.v);
       return c;
     }
@@ -113,11 +113,12 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> load_pairs(const T* slice, PairLayou
 /// Store pairs first .. first + kPairs - 1 into `slice` in `layout`, rounded to T.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE void store_pairs(T* slice, PairLayout layout, std::int64_t half_dim,
-                                          std::int64_t first, const PairChunk<kPairs>& c) {
+                                           std::int64_t first, const PairChunk<kPairs>& c) {
 #if defined(MLAROPE_HOST_SSE2)
   if constexpr (std::is_same_v<T, BFloat16> && kPairs == 4) {
     if (!MLAROPE_DEVICE_PATHS()) {
-      if (layout == PairLayout::half) host_simd::store_half(slice + first, slice + half_dim + first, c.u, c.v);
+      if (layout == PairLayout::half)
+        host_simd::store_half(slice + first, slice + half_dim + first, c.u, c.v);
       else host_simd::store_interleaved(slice + 2 * first, c.u, c.v);
       return;
     }
@@ -143,9 +144,9 @@ MLAROPE_HD MLAROPE_INLINE void store_pairs(T* slice, PairLayout layout, std::int
 /// load_coefficients, with table reads shown to the GPU model or not (kObserved).
 template <int kPairs, bool kObserved>
 MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> coefficients_from_table(const PairRotation& r,
-                                                                          std::int64_t freq_row,
-                                                                          std::int64_t half_dim,
-                                                                          std::int64_t first) {
+                                                                           std::int64_t freq_row,
+                                                                           std::int64_t half_dim,
+                                                                           std::int64_t first) {
   PairCoefficients<kPairs> k;
   const float sign = r.sign;
   if constexpr (kPairs > 1 && kObserved) {
@@ -173,8 +174,10 @@ MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> coefficients_from_table(const
     const std::int64_t tv = v_position(r.table_layout, first + j, half_dim);
     k.cos_u[j] = load_table_element<kObserved>(r.cos.data, r.table_dtype, cos_row + tu);
     k.cos_v[j] = load_table_element<kObserved>(r.cos.data, r.table_dtype, cos_row + tv);
-    const float sin_u = sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tu);
-    const float sin_v = sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tv);
+    const float sin_u =
+        sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tu);
+    const float sin_v =
+        sign * load_table_element<kObserved>(r.sin.data, r.table_dtype, sin_row + tv);
     k.p[j] = r.adjoint ? sin_v : -sin_u;
     k.q[j] = r.adjoint ? -sin_u : sin_v;
   }
@@ -186,11 +189,12 @@ MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> coefficients_from_table(const
 /// check per table element would keep the host compiler from vectorizing the loop.
 template <int kPairs>
 MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> load_coefficients(const PairRotation& r,
-                                                                    std::int64_t freq_row,
-                                                                    std::int64_t half_dim,
-                                                                    std::int64_t first) {
+                                                                     std::int64_t freq_row,
+                                                                     std::int64_t half_dim,
+                                                                     std::int64_t first) {
 #if !defined(__CUDA_ARCH__)
-  if (!MLAROPE_DEVICE_PATHS()) return coefficients_from_table<kPairs, false>(r, freq_row, half_dim, first);
+  if (!MLAROPE_DEVICE_PATHS())
+    return coefficients_from_table<kPairs, false>(r, freq_row, half_dim, first);
 #endif
   return coefficients_from_table<kPairs, true>(r, freq_row, half_dim, first);
 }
@@ -198,7 +202,7 @@ MLAROPE_HD MLAROPE_INLINE PairCoefficients<kPairs> load_coefficients(const PairR
 /// The rotated (or adjoint-rotated) chunk.
 template <int kPairs>
 MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> rotate(const PairChunk<kPairs>& x,
-                                                  const PairCoefficients<kPairs>& k) {
+                                                   const PairCoefficients<kPairs>& k) {
   PairChunk<kPairs> y;
   MLAROPE_SIMD
   for (int j = 0; j < kPairs; ++j) {

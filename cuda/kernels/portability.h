@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The one place where kernel code meets CUDA-only features (docs/architecture.md rule 2). Everything a
-// kernel body needs (the __host__ __device__ marker, the status atomic, bit casts, raw vector
-// loads and f16/bf16 conversions) works the same when compiled by nvcc for the device and by
+// The one place where kernel code meets CUDA-only features (docs/architecture.md rule 2).
+// Everything a kernel body needs (the __host__ __device__ marker, the status atomic, bit casts, raw
+// vector loads and f16/bf16 conversions) works the same when compiled by nvcc for the device and by
 // the host compiler for the host grid executor.
 #pragma once
 
@@ -59,10 +59,10 @@ extern __thread Recorder* t_recorder;
 /// Show one access to the model; false: the model refused it (it is not made).
 bool observe(Recorder& recorder, const void* address, int bytes, Access access);
 }  // namespace gpu_model
-#define MLAROPE_OBSERVE(address, bytes, access)                   \
-  (::mlarope::kernels::gpu_model::t_recorder == nullptr ||        \
-   ::mlarope::kernels::gpu_model::observe(*::mlarope::kernels::gpu_model::t_recorder, \
-                                          (address), (bytes), (access)))
+#define MLAROPE_OBSERVE(address, bytes, access)                                                  \
+  (::mlarope::kernels::gpu_model::t_recorder == nullptr ||                                       \
+   ::mlarope::kernels::gpu_model::observe(*::mlarope::kernels::gpu_model::t_recorder, (address), \
+                                          (bytes), (access)))
 /// True where the kernel bodies take their device code paths: on the device, and on the
 /// host under the GPU model (strided work sharing, vector accesses in pieces).
 #define MLAROPE_DEVICE_PATHS() (::mlarope::kernels::gpu_model::t_recorder != nullptr)
@@ -189,7 +189,8 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t quotient(std::int64_t a, std::int64_t b) 
 struct ItemRange {
   std::int64_t begin, end, step;
 };
-MLAROPE_HD MLAROPE_INLINE ItemRange share_of_items(std::int64_t items, int thread, int num_threads) {
+MLAROPE_HD MLAROPE_INLINE ItemRange share_of_items(std::int64_t items, int thread,
+                                                   int num_threads) {
   if (MLAROPE_DEVICE_PATHS()) return {thread, items, num_threads};
   return {items * thread / num_threads, items * (thread + 1) / num_threads, 1};
 }
@@ -233,7 +234,7 @@ MLAROPE_HD MLAROPE_INLINE std::uint16_t float_to_half(float x) {
   if (magnitude > 0x7f800000u) {
     h = 0x7e00u | ((magnitude >> 13) & 0x3ffu);  // quiet NaN, payload kept where it fits
   } else if (magnitude >= 0x477ff000u) {
-    h = 0x7c00u;  // >= 65520 rounds to infinity (and infinity itself)
+    h = 0x7c00u;                          // >= 65520 rounds to infinity (and infinity itself)
   } else if (magnitude >= 0x38800000u) {  // normal f16
     h = shift_right_rne(magnitude - 0x38000000u, 13);
   } else if (magnitude > 0x33000000u) {  // subnormal f16 (2^-25 itself ties to zero)
@@ -333,8 +334,7 @@ MLAROPE_HD MLAROPE_INLINE void store_raw(void* p, const RawVector<kBytes>& r) {
     __stwb(static_cast<uint4*>(p), make_uint4(r.words[0], r.words[1], r.words[2], r.words[3]));
   else if constexpr (kBytes == 8)
     __stwb(static_cast<uint2*>(p), make_uint2(r.words[0], r.words[1]));
-  else
-    __stwb(static_cast<unsigned int*>(p), r.words[0]);
+  else __stwb(static_cast<unsigned int*>(p), r.words[0]);
 #else
   if (MLAROPE_OBSERVE(p, kBytes, Access::store)) std::memcpy(p, &r, kBytes);
 #endif

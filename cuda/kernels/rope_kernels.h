@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Kernel bodies of rope and rope_backward, out of place and in place (docs/semantics.md §4). One round
-// per row (kernels/row_rounds.h: grid-stride over rows); inside a row the threads share out pair chunks
-// and head groups, so that a thread loads its table chunk once per row and loops over heads.
+// Kernel bodies of rope and rope_backward, out of place and in place (docs/semantics.md §4). One
+// round per row (kernels/row_rounds.h: grid-stride over rows); inside a row the threads share out
+// pair chunks and head groups, so that a thread loads its table chunk once per row and loops over
+// heads.
 #pragma once
 
 #include <cstdint>
@@ -24,19 +25,18 @@ inline constexpr std::int64_t kStagedChunks = 512;
 /// Head groups of a row: how many threads share one pair chunk (each loops over its heads).
 /// chunks >= 1: emb_dim >= 2 (validated), a multiple of 8 on the vector paths.
 MLAROPE_HD MLAROPE_INLINE std::int64_t head_groups(std::int64_t chunks, std::int64_t heads,
-                                                  int num_threads) {
+                                                   int num_threads) {
   const std::int64_t by_threads = num_threads / chunks;
   const std::int64_t groups = by_threads < heads ? by_threads : heads;
   return groups < 1 ? 1 : groups;
 }
 
-
 /// Rotate pairs first .. first + kPairs - 1 of heads group, group + groups, ... of one row.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE void rotate_chunk_of_heads(const RopeKernelArgs& a, const T* in_slices,
-                                                    T* out_slices, std::int64_t freq_row,
-                                                    std::int64_t first, std::int64_t group,
-                                                    std::int64_t groups) {
+                                                     T* out_slices, std::int64_t freq_row,
+                                                     std::int64_t first, std::int64_t group,
+                                                     std::int64_t groups) {
   const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;
   const PairCoefficients<kPairs> k = load_coefficients<kPairs>(r, freq_row, half_dim, first);
@@ -65,9 +65,9 @@ inline void prefetch_for_write(const void* p, std::size_t bytes) {
 
 /// The host's fast mode of every rope body, shaped like the reference: thread 0 of each block
 /// takes the whole row (its heads in memory order) and loads the row's coefficients once; per
-/// head it reads the rope slice whole before writing any of it (so in place works for any pair of layouts);
-/// out of place it rotates the slice into a local buffer and streams the nope part and the
-/// slice to the output (host_stream_copy), in place it stores the slice back.
+/// head it reads the rope slice whole before writing any of it (so in place works for any pair of
+/// layouts); out of place it rotates the slice into a local buffer and streams the nope part and
+/// the slice to the output (host_stream_copy), in place it stores the slice back.
 template <class T, int kPairs>
 inline void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
   constexpr int kMaxChunks = static_cast<int>(kHostRopeMaxEmbDim / 2 / kPairs);
@@ -161,7 +161,7 @@ struct RopeChunkedRows : RowsOfBlock<RopeKernelArgs> {
 /// Slices of one row per round of the staged body: as many whole slices of `chunks` pair
 /// chunks as kStagedChunks holds, at least one, at most `heads`.
 MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t heads,
-                                                              std::int64_t chunks) {
+                                                               std::int64_t chunks) {
   const std::int64_t fit = kStagedChunks / chunks;  // chunks >= 1: emb_dim is a multiple of 8
   const std::int64_t n = fit < heads ? fit : heads;
   return n < 1 ? 1 : n;
@@ -197,7 +197,8 @@ struct RopeStagedRounds {
   MLAROPE_HD static std::int64_t call_round(const GridCoord& g, std::int64_t round) {
     return g.block + round * g.num_blocks;
   }
-  MLAROPE_HD static std::int64_t row_of(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round) {
+  MLAROPE_HD static std::int64_t row_of(const RopeKernelArgs& a, const GridCoord& g,
+                                        std::int64_t round) {
     return quotient(call_round(g, round), rounds_per_row(a));
   }
   /// The round's first slice.
@@ -234,8 +235,8 @@ struct RopeStagedRounds {
   MLAROPE_HD static void stage_chunks(const RopeKernelArgs& a, const GridCoord& g, std::int64_t row,
                                       std::int64_t first_head, std::int64_t items, Shared& s) {
     const std::int64_t half_dim = a.emb_dim / 2;
-    const T* staged = row_pointer<T>(a.out, row, a.positions.batch) + a.nope_dim +
-                      first_head * a.out.head_stride;
+    const T* staged =
+        row_pointer<T>(a.out, row, a.positions.batch) + a.nope_dim + first_head * a.out.head_stride;
     for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
       const std::int64_t head = quotient(n, chunks(a));
       const std::int64_t first = (n - head * chunks(a)) * kPairs;
@@ -265,7 +266,7 @@ struct RopeStagedRounds {
 
 /// Where the element at position j of a slice in layout `from` goes in layout `to`.
 MLAROPE_HD MLAROPE_INLINE std::int64_t moved_position(std::int64_t j, PairLayout from,
-                                                     PairLayout to, std::int64_t half_dim) {
+                                                      PairLayout to, std::int64_t half_dim) {
   const bool is_v = from == PairLayout::half ? j >= half_dim : (j & 1) != 0;
   const std::int64_t i = from == PairLayout::half ? (is_v ? j - half_dim : j) : j / 2;
   return is_v ? v_position(to, i, half_dim) : u_position(to, i, half_dim);

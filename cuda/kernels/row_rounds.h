@@ -52,7 +52,8 @@ struct RowRounds {
   }
 
   /// Thread 0: the plan of the round's row (pass through everywhere when the gate is closed).
-  MLAROPE_HD static void plan_round(const Args& a, const GridCoord& g, std::int64_t round, Shared& s) {
+  MLAROPE_HD static void plan_round(const Args& a, const GridCoord& g, std::int64_t round,
+                                    Shared& s) {
     const PositionArgs& p = a.positions;
     if (round == 0)
       shared_store(&s.closed, p.layout == TokenLayout::thd && gate_closed(p, g, s.gate) ? 1 : 0);

@@ -22,7 +22,6 @@ struct HeadSegments {
   std::int64_t length = 0;
 };
 
-
 /// Copy every head's segment; the (head, item) pairs, an item being a 16-byte vector or an
 /// element of the tail / of an unaligned segment, are shared out by share_of_items.
 /// NOTE: with `vector`, src, dst and both head strides must be 16-byte aligned.
@@ -49,7 +48,7 @@ MLAROPE_HD inline void copy_head_segments(const HeadSegments<T>& s, bool vector,
     for (; item < vectors && k < range.end; item += range.step, k += range.step)
       store_raw<16>(dst + item * kPerVector, load_raw<16>(src + item * kPerVector));
     for (; item < items && k < range.end; item += range.step, k += range.step) {
-    // GCOVR_EXCL_BR_STOP
+      // GCOVR_EXCL_BR_STOP
       const std::int64_t e = tail_start + (item - vectors);
       global_store(dst + e, global_load(src + e));
     }

@@ -29,10 +29,12 @@ MLAROPE_HD MLAROPE_INLINE void store_table_element(void* base, DType dtype, std:
                                                    double x) {
   switch (dtype) {
     case DType::f16:
-      global_store(static_cast<Half*>(base) + index, Half{float_to_half(double_to_float_round_odd(x))});
+      global_store(static_cast<Half*>(base) + index,
+                   Half{float_to_half(double_to_float_round_odd(x))});
       break;
     case DType::bf16:
-      global_store(static_cast<BFloat16*>(base) + index, BFloat16{float_to_bf16(double_to_float_round_odd(x))});
+      global_store(static_cast<BFloat16*>(base) + index,
+                   BFloat16{float_to_bf16(double_to_float_round_odd(x))});
       break;
     default: global_store(static_cast<float*>(base) + index, static_cast<float>(x)); break;
   }

@@ -20,11 +20,11 @@ bool vector_ready(std::int64_t emb_dim, const LayoutTriple& layouts, bool aligne
 }  // namespace
 
 bool is_megatron_mode(const LayoutTriple& l) {
-  constexpr PairLayout half = PairLayout::half, inter = PairLayout::interleaved;
-  return same(l, inter, half, half)        // MLA
-         || same(l, inter, inter, half)    // MLA, output interleaving kept (DSv4)
-         || same(l, half, half, half)      // NeoX
-         || same(l, inter, inter, inter);  // GPT-J
+  constexpr PairLayout kHalf = PairLayout::half, kInter = PairLayout::interleaved;
+  return same(l, kInter, kHalf, kHalf)        // MLA
+         || same(l, kInter, kInter, kHalf)    // MLA, output interleaving kept (DSv4)
+         || same(l, kHalf, kHalf, kHalf)      // NeoX
+         || same(l, kInter, kInter, kInter);  // GPT-J
 }
 
 RopeVariant choose_rope_variant(const RopeDispatchFacts& f) {

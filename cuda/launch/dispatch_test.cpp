@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The dispatcher: fast paths only for Megatron's modes, emb_dim % 8 == 0 and aligned memory;
 // in-place layout changes take a whole-slice variant; nothing else is dropped.
-#include "launch/dispatch.h"
-
 #include <gtest/gtest.h>
 
 #include <vector>
+
+#include "launch/dispatch.h"
 
 namespace mlarope::detail {
 namespace {

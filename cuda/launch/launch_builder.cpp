@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "launch/dispatch.h"
-#include "mlarope/validate.h"
 #include "kernels/kv_split_kernels.h"
 #include "kernels/pair_rotation.h"
 #include "kernels/rope_kernels.h"
+#include "launch/dispatch.h"
+#include "mlarope/validate.h"
 
 namespace mlarope::detail {
 namespace {
@@ -36,8 +36,8 @@ kernels::PairRotation pair_rotation(const Rotation& r, bool adjoint) {
   p.sin = table_view(r.sin);
   // cos and sin are validated tables ([R, emb] or [R, 1, 1, emb]), so size(-1) exists.
   p.table_vector = r.table_layout == PairLayout::half && r.cos.dtype == DType::f32 &&
-                   r.cos.size(-1) % kernels::kVectorEmbMultiple == 0 && aligned_view(r.cos, 0, 16) &&
-                   aligned_view(r.sin, 0, 16);
+                   r.cos.size(-1) % kernels::kVectorEmbMultiple == 0 &&
+                   aligned_view(r.cos, 0, 16) && aligned_view(r.sin, 0, 16);
   return p;
 }
 
@@ -76,7 +76,8 @@ kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, const LaunchPr
   const std::int64_t g = profile.thread_granularity;
   const std::int64_t per = std::max<std::int64_t>(1, profile.min_work_per_thread);
   const std::int64_t wanted = (work + per - 1) / per;
-  const std::int64_t threads = std::clamp<std::int64_t>((wanted + g - 1) / g * g, g, profile.max_threads);
+  const std::int64_t threads =
+      std::clamp<std::int64_t>((wanted + g - 1) / g * g, g, profile.max_threads);
   // At least one block, even without rows or heads: the status word still gets its bits.
   return {std::clamp<std::int64_t>(rows, 1, profile.max_blocks), static_cast<int>(threads)};
 }
@@ -84,7 +85,8 @@ kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, const LaunchPr
 // `grid` with THD's cap on blocks (LaunchProfile::max_thd_blocks, min_thd_blocks): `work`
 // items in each of `rows` rows, `sequences` to check in every block.
 kernels::GridShape capped_for_layout(kernels::GridShape grid, TokenLayout layout, std::int64_t rows,
-                                     std::int64_t work, std::int64_t sequences, const LaunchProfile& profile) {
+                                     std::int64_t work, std::int64_t sequences,
+                                     const LaunchProfile& profile) {
   if (layout != TokenLayout::thd) return grid;
   const std::int64_t items = rows * work;  // at most the call's elements: no overflow
   const std::int64_t by_work = std::max(profile.min_thd_blocks, items / (sequences + 1));
@@ -114,7 +116,8 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
   l.args.rotation = pair_rotation(args.rotation, mode.adjoint);
   l.args.positions = position_args(args.positions, in, args.rotation, args.status);
   const bool aligned = aligned_view(in, args.nope_dim, 16) && aligned_view(out, args.nope_dim, 16);
-  l.variant = choose_rope_variant({args.emb_dim, layouts_of(args.rotation), mode.in_place, aligned});
+  l.variant =
+      choose_rope_variant({args.emb_dim, layouts_of(args.rotation), mode.in_place, aligned});
   const std::int64_t rows = l.args.positions.seq_len * l.args.positions.batch;
   if (l.variant == RopeVariant::staged_vector) {  // rounds of whole slices of one row
     const std::int64_t chunks = args.emb_dim / 2 / pairs_per_chunk(true, in.dtype);
@@ -128,9 +131,10 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
   const bool whole_slice = l.variant == RopeVariant::whole_slice_scalar;
   const std::int64_t chunks =
       args.emb_dim / 2 / pairs_per_chunk(l.variant == RopeVariant::chunked_vector, in.dtype);
-  l.work = whole_slice ? l.args.heads
-                       : std::max(chunks * l.args.heads,
-                                  mode.in_place ? 0 : l.args.heads * copy_items(args.nope_dim, in.dtype));
+  l.work = whole_slice
+               ? l.args.heads
+               : std::max(chunks * l.args.heads,
+                          mode.in_place ? 0 : l.args.heads * copy_items(args.nope_dim, in.dtype));
   l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, rows, l.work,
                              l.args.positions.num_sequences, profile);
   return l;
@@ -156,7 +160,8 @@ KvSplitLaunch make_kv_split_launch(const KvSplitCall& c, const LaunchProfile& pr
   const bool aligned = aligned_view(c.k_pe, 0, 16) && aligned_view(c.key, a.k_dim, 16);
   l.variant = choose_kv_variant({a.emb_dim, layouts_of(a.rotation), aligned});
   const std::int64_t rows = l.args.positions.seq_len * l.args.positions.batch;
-  const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
+  const std::int64_t chunks =
+      a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies = copy_items(a.k_dim, c.kv.dtype) + copy_items(a.v_dim, c.kv.dtype);
   l.work = l.args.heads * std::max(chunks, copies);
   l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, rows, l.work,
@@ -185,7 +190,8 @@ KvSplitBackwardLaunch make_kv_split_backward_launch(const KvSplitBackwardCall& c
   const bool aligned = aligned_view(c.grad_key, a.k_dim, 16) && aligned_view(c.grad_k_pe, 0, 16);
   l.variant = choose_kv_variant({a.emb_dim, layouts_of(a.rotation), aligned});
   const std::int64_t rows = l.args.positions.seq_len * l.args.positions.batch;
-  const std::int64_t chunks = a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
+  const std::int64_t chunks =
+      a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies =
       l.args.heads * (copy_items(a.k_dim, l.dtype) + copy_items(a.v_dim, l.dtype));
   const std::int64_t partial_sums = chunks * kernels::kv_sum_groups(l.args.heads, chunks);
@@ -218,13 +224,15 @@ YarnLaunch make_yarn_launch(const YarnTablesCall& c, const LaunchProfile& profil
            (2.0 * std::log(p.rotary_base));
   };
   a.ramp_low = std::max(std::floor(correction_dim(p.beta_fast)), 0.0);
-  a.ramp_high = std::min(std::ceil(correction_dim(p.beta_slow)), static_cast<double>(a.emb_dim - 1));
+  a.ramp_high =
+      std::min(std::ceil(correction_dim(p.beta_slow)), static_cast<double>(a.emb_dim - 1));
   if (a.ramp_low == a.ramp_high) a.ramp_high += 0.001;
   auto mscale = [&](double m) {
     return p.scaling_factor <= 1.0 ? 1.0 : 0.1 * m * std::log(p.scaling_factor) + 1.0;
   };
-  a.concentration = std::isnan(p.concentration_override) ? mscale(p.mscale) / mscale(p.mscale_all_dim)
-                                                         : p.concentration_override;
+  a.concentration = std::isnan(p.concentration_override)
+                        ? mscale(p.mscale) / mscale(p.mscale_all_dim)
+                        : p.concentration_override;
   l.work = a.emb_dim / 2;
   l.grid = a.rows == 0 ? kernels::GridShape{} : row_grid(a.rows, l.work, profile);
   return l;

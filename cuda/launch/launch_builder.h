@@ -4,8 +4,8 @@
 #pragma once
 
 #include "launch/launches.h"
-#include "mlarope/ops.h"
 #include "launch/stream_impl.h"
+#include "mlarope/ops.h"
 
 namespace mlarope::detail {
 

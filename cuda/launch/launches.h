@@ -13,9 +13,9 @@ namespace mlarope::detail {
 
 /// The kernel variants of the rope family (see dispatch.h for when each is picked).
 enum class RopeVariant : std::uint8_t {
-  chunked_vector,      ///< pair chunks of 4, 16-byte accesses: the fast path
-  chunked_scalar,      ///< one pair per work item, element accesses: the general path
-  staged_vector,       ///< in place with a layout change, emb_dim <= 512: slices staged in shared memory
+  chunked_vector,  ///< pair chunks of 4, 16-byte accesses: the fast path
+  chunked_scalar,  ///< one pair per work item, element accesses: the general path
+  staged_vector,  ///< in place with a layout change, emb_dim <= 512: slices staged in shared memory
   whole_slice_scalar,  ///< in place with a layout change, any emb_dim (cycle permutation)
 };
 

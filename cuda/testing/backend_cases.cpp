@@ -32,7 +32,8 @@ Tensor make_tensor(DType dtype, const Geometry& g) { return Tensor(dtype, g.shap
 
 // Elementwise max over the view (the magnitude of the two sign passes).
 void take_max(Tensor& a, const Tensor& b) {
-  a.for_each_index([&](const std::vector<std::int64_t>& i) { a.set(i, std::max(a.get(i), b.get(i))); });
+  a.for_each_index(
+      [&](const std::vector<std::int64_t>& i) { a.set(i, std::max(a.get(i), b.get(i))); });
 }
 
 // |cos| and -|sin| or +|sin|, for the magnitude runs.
@@ -137,7 +138,8 @@ RopeHarness::RopeHarness(const RopeCase& c, std::uint64_t data_seed)
   Rng rng = seeded(data_seed);
   const std::int64_t d = c.nope_dim + c.emb_dim;
   const bool broadcast = c.broadcast_heads && !c.in_place;
-  input_ = make_tensor(c.dtype, activation_geometry(c.rows, c.heads, d, c.head_pad, c.row_pad, broadcast));
+  input_ = make_tensor(c.dtype,
+                       activation_geometry(c.rows, c.heads, d, c.head_pad, c.row_pad, broadcast));
   input_.fill_uniform(rng);
   input_before_ = input_.host_copy();
   if (!c.in_place)
@@ -161,15 +163,17 @@ RopeArgs RopeHarness::args(bool device, DeviceStatus* status, const Tensor& cos,
   RopeArgs a;
   a.nope_dim = case_.nope_dim;
   a.emb_dim = case_.emb_dim;
-  a.rotation = rotation_of(case_.layouts, case_.inverse, device ? cos.device_view() : cos.host_view(),
-                           device ? sin.device_view() : sin.host_view());
+  a.rotation =
+      rotation_of(case_.layouts, case_.inverse, device ? cos.device_view() : cos.host_view(),
+                  device ? sin.device_view() : sin.host_view());
   a.positions = metadata_.positions(device);
   a.status = status;
   return a;
 }
 
 void RopeHarness::run_backend(Stream& stream) {
-  const RopeArgs a = args(true, case_.status_word ? status_.as<DeviceStatus>() : nullptr, cos_, sin_);
+  const RopeArgs a =
+      args(true, case_.status_word ? status_.as<DeviceStatus>() : nullptr, cos_, sin_);
   if (case_.in_place && case_.backward) rope_backward_inplace({input_.device_view(), a}, stream);
   else if (case_.in_place) rope_inplace({input_.device_view(), a}, stream);
   else if (case_.backward) rope_backward({input_.device_view(), output_.device_view(), a}, stream);
@@ -206,10 +210,13 @@ void RopeHarness::refill_input(std::uint64_t seed) {
 void RopeHarness::run_reference() {
   reference_status_ = initial_status_;
   const Tensor& geometry = case_.in_place ? input_before_ : output_;
-  auto fresh_output = [&] { return make_tensor(case_.dtype, {geometry.shape(), geometry.strides()}); };
+  auto fresh_output = [&] {
+    return make_tensor(case_.dtype, {geometry.shape(), geometry.strides()});
+  };
   Tensor in = input_before_.host_copy();
   reference_out_ = case_.in_place ? input_before_.host_copy() : fresh_output();
-  reference_into(case_.in_place ? reference_out_ : in, reference_out_, cos_, sin_, &reference_status_);
+  reference_into(case_.in_place ? reference_out_ : in, reference_out_, cos_, sin_,
+                 &reference_status_);
   // Magnitudes M = |u c| + |v s|: the reference on |inputs| with |cos| and -|sin| or +|sin|;
   // each sign gets one of the two outputs of a pair exactly, the other smaller.
   DeviceStatus ignored = 0;
@@ -276,21 +283,24 @@ KvSplitArgs KvHarness::args(bool device, DeviceStatus* status, const Tensor& cos
   a.k_dim = case_.k_dim;
   a.v_dim = case_.v_dim;
   a.emb_dim = case_.emb_dim;
-  a.rotation = rotation_of(case_.layouts, case_.inverse, device ? cos.device_view() : cos.host_view(),
-                           device ? sin.device_view() : sin.host_view());
+  a.rotation =
+      rotation_of(case_.layouts, case_.inverse, device ? cos.device_view() : cos.host_view(),
+                  device ? sin.device_view() : sin.host_view());
   a.positions = metadata_.positions(device);
   a.status = status;
   return a;
 }
 
 void KvHarness::run_backend(Stream& stream) {
-  const KvSplitArgs a = args(true, case_.status_word ? status_.as<DeviceStatus>() : nullptr, cos_, sin_);
+  const KvSplitArgs a =
+      args(true, case_.status_word ? status_.as<DeviceStatus>() : nullptr, cos_, sin_);
   if (case_.backward)
     kv_split_backward({in_a_.device_view(), in_b_.device_view(), out_a_.device_view(),
                        out_b_.device_view(), a},
                       stream);
   else
-    kv_split({in_a_.device_view(), in_b_.device_view(), out_a_.device_view(), out_b_.device_view(), a},
+    kv_split({in_a_.device_view(), in_b_.device_view(), out_a_.device_view(), out_b_.device_view(),
+              a},
              stream);
 }
 
@@ -306,7 +316,8 @@ void KvHarness::reference_into(const Tensor& in_a, const Tensor& in_b, Tensor& o
     reference::kv_split_backward(
         {in_a.host_view(), in_b.host_view(), out_a.host_view(), out_b.host_view(), a});
   else
-    reference::kv_split({in_a.host_view(), in_b.host_view(), out_a.host_view(), out_b.host_view(), a});
+    reference::kv_split(
+        {in_a.host_view(), in_b.host_view(), out_a.host_view(), out_b.host_view(), a});
 }
 
 void KvHarness::run_reference() {
@@ -342,8 +353,8 @@ std::vector<OutputCheck> KvHarness::checks() const {
     out.push_back({"k_pe (input)", &in_b_, &in_b_before_, nullptr, kAllBitwise, 0});
   } else {
     out.push_back({"grad_kv", &out_a_, &ref_a_, nullptr, kAllBitwise, 0});
-    out.push_back({"grad_k_pe", &out_b_, &ref_b_, &magnitude_b_, 0,
-                   static_cast<double>(case_.heads)});
+    out.push_back(
+        {"grad_k_pe", &out_b_, &ref_b_, &magnitude_b_, 0, static_cast<double>(case_.heads)});
     out.push_back({"grad_key (input)", &in_a_, &in_a_before_, nullptr, kAllBitwise, 0});
     out.push_back({"grad_value (input)", &in_b_, &in_b_before_, nullptr, kAllBitwise, 0});
   }
@@ -357,7 +368,8 @@ namespace {
 template <class Harness>
 ::testing::AssertionResult check_case(const std::string& name, Harness& h, BackendKind backend,
                                       std::uint64_t seed, ErrorStats* errors, bool gpu_model) {
-  Stream stream = backend == BackendKind::host ? Stream::host({seed, 2, gpu_model}) : Stream::cuda();
+  Stream stream =
+      backend == BackendKind::host ? Stream::host({seed, 2, gpu_model}) : Stream::cuda();
   h.upload(backend);
   h.run_backend(stream);
   stream.synchronize();
@@ -369,8 +381,9 @@ template <class Harness>
   if (!h.has_status_word() && h.backend_status() != 0)
     return ::testing::AssertionFailure() << name << ": a call without a status word wrote one";
   if (h.has_status_word() && h.backend_status() != h.reference_status())
-    return ::testing::AssertionFailure() << name << ": status " << describe_status(h.backend_status())
-                                         << ", reference " << describe_status(h.reference_status());
+    return ::testing::AssertionFailure()
+           << name << ": status " << describe_status(h.backend_status()) << ", reference "
+           << describe_status(h.reference_status());
   return ::testing::AssertionSuccess();
 }
 
@@ -389,8 +402,9 @@ template <class Harness>
 }
 
 std::string describe(const LayoutTriple& t) {
-  return "in=" + std::string(to_string(t.in_layout)) + " out=" +
-         std::string(to_string(t.out_layout)) + " table=" + std::string(to_string(t.table_layout));
+  return "in=" + std::string(to_string(t.in_layout)) +
+         " out=" + std::string(to_string(t.out_layout)) +
+         " table=" + std::string(to_string(t.table_layout));
 }
 
 std::vector<LayoutTriple> all_triples() {

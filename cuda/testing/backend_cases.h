@@ -9,16 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "testing/backend_test_util.h"
 #include "mlarope/megatron.h"
+#include "testing/backend_test_util.h"
 
 namespace mlarope::test {
 
 /// Row metadata of a case (docs/semantics.md §2).
 struct CaseRows {
   TokenLayout layout = TokenLayout::sbhd;
-  std::int64_t seq = 6;    ///< SBHD: S
-  std::int64_t batch = 2;  ///< SBHD: B
+  std::int64_t seq = 6;                  ///< SBHD: S
+  std::int64_t batch = 2;                ///< SBHD: B
   std::vector<std::int64_t> cu_seqlens;  ///< THD: global cumulative lengths
   std::int64_t padding_rows = 0;         ///< THD: rows after the sequences
   std::int64_t thd_rows = -1;            ///< THD: T when >= 0 (else local lengths + padding)

@@ -75,9 +75,7 @@ TensorView Tensor::device_view() {
   return make_view<TensorView>(device_.as<unsigned char>() + device_offset_ + kGuardBytes, dtype_,
                                shape_, strides_);
 }
-ConstTensorView Tensor::device_view() const {
-  return const_cast<Tensor*>(this)->device_view();
-}
+ConstTensorView Tensor::device_view() const { return const_cast<Tensor*>(this)->device_view(); }
 
 void Tensor::upload(BackendKind kind) {
   const CopyPlacement at = place_copy(bytes_.data(), bytes_.size());
@@ -88,7 +86,9 @@ void Tensor::upload(BackendKind kind) {
 
 void Tensor::download() { device_.copy_to_host(bytes_.data(), bytes_.size(), device_offset_); }
 
-void Tensor::sync_to_device() { device_.copy_from_host(bytes_.data(), bytes_.size(), device_offset_); }
+void Tensor::sync_to_device() {
+  device_.copy_from_host(bytes_.data(), bytes_.size(), device_offset_);
+}
 
 std::int64_t Tensor::offset(const std::vector<std::int64_t>& index) const {
   std::int64_t off = 0;
@@ -188,7 +188,8 @@ void IndexArray::upload(BackendKind kind) {
 void IndexArray::assign(const std::vector<std::int64_t>& values) {
   values_ = values;
   encode();
-  if (device_.data() != nullptr) device_.copy_from_host(bytes_.data(), bytes_.size(), device_offset_);
+  if (device_.data() != nullptr)
+    device_.copy_from_host(bytes_.data(), bytes_.size(), device_offset_);
 }
 
 // --- Comparison ------------------------------------------------------------------------------
@@ -279,8 +280,8 @@ std::string ErrorStats::describe() const {
   }
   if (errors) errors->merge(worst);
   if (mismatches == 0) return ::testing::AssertionSuccess() << worst.describe();
-  return ::testing::AssertionFailure() << mismatches << " mismatching elements ("
-                                       << worst.describe() << "):" << report;
+  return ::testing::AssertionFailure()
+         << mismatches << " mismatching elements (" << worst.describe() << "):" << report;
 }
 
 Tensor random_table(DType dtype, std::int64_t rows, std::int64_t emb_dim, Rng& rng) {

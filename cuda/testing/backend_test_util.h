@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared helpers of the backend tests: the backend as a GoogleTest value parameter, tensors
 // kept on the host and mirrored into a backend's DeviceBuffer (with guard bytes around the
-// viewed span), deterministic data, and the comparison with the reference under docs/architecture.md's
-// tolerance model, reported in ulps.
+// viewed span), deterministic data, and the comparison with the reference under
+// docs/architecture.md's tolerance model, reported in ulps.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -38,9 +38,9 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
 std::string backend_name(const ::testing::TestParamInfo<BackendKind>& info);
 
 /// Instantiate a BackendTest suite for both backends.
-#define MLAROPE_INSTANTIATE_BACKENDS(Suite)                                                   \
-  INSTANTIATE_TEST_SUITE_P(Backends, Suite,                                                  \
-                           ::testing::Values(BackendKind::host, BackendKind::cuda),          \
+#define MLAROPE_INSTANTIATE_BACKENDS(Suite)                                         \
+  INSTANTIATE_TEST_SUITE_P(Backends, Suite,                                         \
+                           ::testing::Values(BackendKind::host, BackendKind::cuda), \
                            ::mlarope::test::backend_name)
 
 /// The tests' generator (reference/rng.h).
@@ -95,7 +95,9 @@ class Tensor {
   /// Element `element` of the storage (0 = first guard element) as raw bits.
   std::uint32_t storage_bits(std::int64_t element) const;
   /// Storage element index of view offset 0.
-  std::int64_t first_element() const { return static_cast<std::int64_t>(kGuardBytes / dtype_size(dtype_)); }
+  std::int64_t first_element() const {
+    return static_cast<std::int64_t>(kGuardBytes / dtype_size(dtype_));
+  }
 
   /// A host-only copy (storage bit for bit, no device mirror).
   Tensor host_copy() const;

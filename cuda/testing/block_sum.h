@@ -42,7 +42,8 @@ struct BlockSum {
   /// Tree level `level` (1: halves of kThreads / 2, ...): thread t < width adds t + width.
   MLAROPE_HD static void add_level(int level, int t, Shared& s) {
     const int width = kThreads >> level;
-    if (t < width) shared_store(&s.partial[t], shared_load(&s.partial[t]) + shared_load(&s.partial[t + width]));
+    if (t < width)
+      shared_store(&s.partial[t], shared_load(&s.partial[t]) + shared_load(&s.partial[t + width]));
   }
 
   MLAROPE_HD static void phase(const BlockSumArgs& a, const GridCoord& g, int phase, Shared& s) {
@@ -55,7 +56,8 @@ struct BlockSum {
     add_level(level, t, s);
     if (phase == kPhases - 1 && t == 0) {
       float sum = shared_load(&s.partial[0]);
-      if (kFault == BlockSumFault::past_shared_end) sum += 0.0f * shared_load(s.partial + kThreads);  // one past the end
+      if (kFault == BlockSumFault::past_shared_end)
+        sum += 0.0f * shared_load(s.partial + kThreads);  // one past the end
       global_store(a.out + g.block, sum);
     }
   }

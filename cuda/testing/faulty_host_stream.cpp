@@ -50,8 +50,9 @@ class FaultyStreamImpl final : public host::HostStream {
       const auto start = std::chrono::steady_clock::now();
       HostStream::launch(l);
       const auto took = std::chrono::steady_clock::now() - start;
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * kSlowShare);
+      const auto until =
+          std::chrono::steady_clock::now() +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * kSlowShare);
       while (std::chrono::steady_clock::now() < until) {
       }
       return;
@@ -71,7 +72,6 @@ class FaultyStreamImpl final : public host::HostStream {
   }
 
  public:
-
  private:
   KernelFault fault_;
 };

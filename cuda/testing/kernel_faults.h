@@ -20,22 +20,32 @@ enum class KernelFault : int {
   table_stride,     ///< rope: head h reads table row freq_row + h (mod table rows)
   slow,             ///< rope out of place does kSlowShare more work (same result)
   // Faults that leave the values right: the GPU model's detectors (and ASan) must see them.
-  vector_either_aligned,  ///< rope: 16-byte copies when either of t and out is aligned
-  store_past_end,         ///< kv_split: a store one element past the end of value
-  shared_element,         ///< segment copies: two threads write one element (a race)
-  contiguous_copy_ranges, ///< segment copies: a contiguous range per thread (coalescing)
-  local_array_overflow,   ///< rope (the host's fast branch): a store past a local array (ASan)
-  fast_slice_overread,    ///< rope (the host's fast branch): a read of the byte past each rope slice (ASan)
-  staged_missing_barrier, ///< rope (staged, in place): chunks written in the phase that reads slices
+  vector_either_aligned,   ///< rope: 16-byte copies when either of t and out is aligned
+  store_past_end,          ///< kv_split: a store one element past the end of value
+  shared_element,          ///< segment copies: two threads write one element (a race)
+  contiguous_copy_ranges,  ///< segment copies: a contiguous range per thread (coalescing)
+  local_array_overflow,    ///< rope (the host's fast branch): a store past a local array (ASan)
+  fast_slice_overread,  ///< rope (the host's fast branch): a read of the byte past each rope slice
+                        ///< (ASan)
+  staged_missing_barrier,  ///< rope (staged, in place): chunks written in the phase that reads
+                           ///< slices
 };
 
 /// Every fault but `none`.
 inline std::vector<KernelFault> all_kernel_faults() {
-  return {KernelFault::cp_chunk,       KernelFault::thd_search,     KernelFault::dropped_inverse,
-          KernelFault::nope_in_place,  KernelFault::table_stride,   KernelFault::slow,
-          KernelFault::vector_either_aligned, KernelFault::store_past_end,
-          KernelFault::shared_element, KernelFault::contiguous_copy_ranges,  KernelFault::local_array_overflow,
-          KernelFault::fast_slice_overread, KernelFault::staged_missing_barrier};
+  return {KernelFault::cp_chunk,
+          KernelFault::thd_search,
+          KernelFault::dropped_inverse,
+          KernelFault::nope_in_place,
+          KernelFault::table_stride,
+          KernelFault::slow,
+          KernelFault::vector_either_aligned,
+          KernelFault::store_past_end,
+          KernelFault::shared_element,
+          KernelFault::contiguous_copy_ranges,
+          KernelFault::local_array_overflow,
+          KernelFault::fast_slice_overread,
+          KernelFault::staged_missing_barrier};
 }
 
 /// "none", "cp_chunk", ...

@@ -28,8 +28,8 @@ namespace {
 struct Edit {
   std::string fault;
   std::string file;
-  std::string kind;  // "expression", "before" or "after"
-  std::string text;  // the expression, or the anchor line
+  std::string kind;         // "expression", "before" or "after"
+  std::string text;         // the expression, or the anchor line
   std::string replacement;  // the faulty expression, or the statement to insert
   int count = 1;
   int line = 0;  // in the fault list
@@ -105,8 +105,8 @@ std::string replace_counted(std::string text, const std::string& what, const std
                             int count, const std::string& context) {
   const int found = occurrences(text, what);
   if (found != count)
-    throw std::runtime_error(context + ": expected " + std::to_string(count) + " occurrence(s) of '" +
-                             what + "', found " + std::to_string(found));
+    throw std::runtime_error(context + ": expected " + std::to_string(count) +
+                             " occurrence(s) of '" + what + "', found " + std::to_string(found));
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + with.size())) {
     text.replace(at, what.size(), with);
   }
@@ -135,12 +135,14 @@ std::string make_distinct(std::string text, const std::string& file) {
     text = replace_counted(text, "namespace mlarope::kernels {\n",
                            "namespace mlarope::kernels {\ninline namespace faulty {\n", 1, context);
     return replace_counted(text, "}  // namespace mlarope::kernels\n",
-                           "}  // namespace faulty\n}  // namespace mlarope::kernels\n", 1, context);
+                           "}  // namespace faulty\n}  // namespace mlarope::kernels\n", 1,
+                           context);
   }
   if (file == "host/host_kernels.cpp") {
-    text = replace_counted(text, "#include \"host/host_kernels.h\"\n",
-                           "#include \"host/host_kernels.h\"\n#include \"testing/fault_selector.h\"\n",
-                           1, context);
+    text =
+        replace_counted(text, "#include \"host/host_kernels.h\"\n",
+                        "#include \"host/host_kernels.h\"\n#include \"testing/fault_selector.h\"\n",
+                        1, context);
     return replace_counted(text, "const KernelTable& kernel_table() {",
                            "const KernelTable& faulty_kernel_table() {", 1, context);
   }
@@ -170,9 +172,9 @@ int main(int argc, char** argv) {
     }
     for (const Edit& e : edits)
       if (edits_per_file.count(e.file) == 0)
-        throw std::runtime_error(std::string(argv[1]) + ":" + std::to_string(e.line) + ": fault " +
-                                 e.fault + " edits " + e.file +
-                                 ", which is not copied (shared by the production and faulty builds)");
+        throw std::runtime_error(
+            std::string(argv[1]) + ":" + std::to_string(e.line) + ": fault " + e.fault + " edits " +
+            e.file + ", which is not copied (shared by the production and faulty builds)");
   } catch (const std::exception& e) {
     std::cerr << "make_faulty_sources: " << e.what() << "\n";
     return 1;

@@ -15,8 +15,7 @@ namespace mlarope::test {
 /// bf16 elements with a 64-byte-aligned base; regions are element offsets.
 class Bf16Arena {
  public:
-  explicit Bf16Arena(std::int64_t elements)
-      : storage_(static_cast<std::size_t>(elements + 32), 0) {
+  explicit Bf16Arena(std::int64_t elements) : storage_(static_cast<std::size_t>(elements + 32), 0) {
     auto address = reinterpret_cast<std::uintptr_t>(storage_.data());
     base_ = static_cast<std::int64_t>((64 - address % 64) % 64 / 2);
     for (std::int64_t i = 0; i < elements; ++i)  // values in [-1, 1): bf16 bits of a float
@@ -50,7 +49,8 @@ struct UnitTables {
         rows(rows), emb(emb) {
     for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t j = 0; j < emb; ++j) {
-        const float angle = 0.1f * static_cast<float>(r + 1) * static_cast<float>(j % (emb / 2) + 1);
+        const float angle =
+            0.1f * static_cast<float>(r + 1) * static_cast<float>(j % (emb / 2) + 1);
         cos[static_cast<std::size_t>(r * emb + j)] = __builtin_cosf(angle);
         sin[static_cast<std::size_t>(r * emb + j)] = __builtin_sinf(angle);
       }
@@ -74,14 +74,14 @@ struct UnitTables {
 class RopeBuffers {
  public:
   static constexpr std::int64_t S = 4, kEmb = 64;
-  explicit RopeBuffers(bool misalign_t, std::int64_t heads = 8, std::int64_t nope = 24)
-      : H(heads), kNope(nope), D(nope + kEmb), arena_(2 * S * H * D + 64), tables_(S, kEmb),
+  explicit RopeBuffers(bool misalign_t, std::int64_t heads = 8, std::int64_t nope_dim = 24)
+      : H(heads), nope(nope_dim), D(nope_dim + kEmb), arena_(2 * S * H * D + 64), tables_(S, kEmb),
         t_offset_(misalign_t ? 1 : 0) {}
-  const std::int64_t H, kNope, D;
+  const std::int64_t H, nope, D;
 
   RopeArgs args() const {
     RopeArgs a;
-    a.nope_dim = kNope;
+    a.nope_dim = nope;
     a.emb_dim = kEmb;
     a.rotation = tables_.rotation(PairLayout::interleaved, PairLayout::half);
     return a;

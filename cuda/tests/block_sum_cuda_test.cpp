@@ -14,7 +14,8 @@ namespace {
 using namespace test_kernels;
 
 TEST(BlockSumOnDevice, EveryBlockSumsItsThreadsExactly) {
-  if (!block_sum_device_present()) GTEST_SKIP() << "no CUDA device here: the phased kernel runs where one is present";
+  if (!block_sum_device_present())
+    GTEST_SKIP() << "no CUDA device here: the phased kernel runs where one is present";
   const int threads = block_sum_threads(), blocks = 37;
   std::vector<float> in(static_cast<std::size_t>(blocks * threads));
   for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 97);  // exact sums
@@ -22,7 +23,8 @@ TEST(BlockSumOnDevice, EveryBlockSumsItsThreadsExactly) {
   ASSERT_EQ(out.size(), static_cast<std::size_t>(blocks));
   for (int b = 0; b < blocks; ++b) {
     float expected = 0;
-    for (int t = 0; t < threads; ++t) expected += in[static_cast<std::size_t>(b * threads + t)];
+    for (int t = 0; t < threads; ++t)
+      expected += in[static_cast<std::size_t>(b) * threads + static_cast<std::size_t>(t)];
     EXPECT_EQ(out[static_cast<std::size_t>(b)], expected) << "block " << b;
   }
 }

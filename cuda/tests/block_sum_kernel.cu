@@ -29,7 +29,8 @@ __global__ void block_sum_kernel(const BlockSumArgs args) {
 
 // Throws with the call's name and CUDA's message when `status` is an error.
 void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
 }  // namespace
@@ -47,10 +48,12 @@ std::vector<float> block_sums_on_device(const std::vector<float>& in) {
   float *d_in = nullptr, *d_out = nullptr;
   check(cudaMalloc(&d_in, in.size() * sizeof(float)), "cudaMalloc");
   check(cudaMalloc(&d_out, out.size() * sizeof(float)), "cudaMalloc");
-  check(cudaMemcpy(d_in, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(d_in, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "cudaMemcpy");
   block_sum_kernel<<<blocks, kThreads>>>(BlockSumArgs{d_in, d_out});
   check(cudaGetLastError(), "block_sum_kernel launch");
-  check(cudaMemcpy(out.data(), d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(out.data(), d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
   check(cudaFree(d_in), "cudaFree");
   check(cudaFree(d_out), "cudaFree");
   return out;

@@ -25,7 +25,15 @@
 namespace mlarope::test {
 namespace {
 
-enum class Call { rope, rope_inplace, rope_backward, rope_backward_inplace, kv_split, kv_split_backward, yarn };
+enum class Call {
+  rope,
+  rope_inplace,
+  rope_backward,
+  rope_backward_inplace,
+  kv_split,
+  kv_split_backward,
+  yarn
+};
 
 // The op of a call other than yarn (whose launch is named "yarn_tables").
 Op op_of(Call c) {
@@ -46,17 +54,17 @@ struct Canonical {
   Call call;
   DType dtype;
   TokenLayout layout = TokenLayout::sbhd;
-  std::int64_t rows = 8;    ///< SBHD: S = rows / 2, B = 2 (B = 1 when odd); THD: two sequences
+  std::int64_t rows = 8;  ///< SBHD: S = rows / 2, B = 2 (B = 1 when odd); THD: two sequences
   std::int64_t heads = 128;
   std::int64_t nope = 128;  ///< rope ops; kv ops: k = v = nope
   std::int64_t emb = 64;
   PairLayout in = kI, out = kH;  ///< rope pair layouts (MLA by default)
-  std::int64_t shift = 0;   ///< elements the activation inputs start past a 256-byte boundary
+  std::int64_t shift = 0;        ///< elements the activation inputs start past a 256-byte boundary
   // What the rule gives:
   std::string variant;
   std::int64_t blocks;
   int threads;
-  std::int64_t work;        ///< work items per row (staged: per round), shared by the threads
+  std::int64_t work;  ///< work items per row (staged: per round), shared by the threads
   /// The GPU model's figure when recorded (rounded down to 0.01); 0: builder only (too big to run).
   double min_sector_efficiency;
 };
@@ -77,34 +85,34 @@ const std::vector<Canonical>& canonical_calls() {
        "chunked_vector", 8, 128, 4096, 1.0},
       {"q rope thd bf16", Call::rope, DType::bf16, TokenLayout::thd, 8, 128, 128, 64, kI, kH, 0,
        "chunked_vector", 8, 128, 2048, 0.99},
-      {"q rope_backward bf16", Call::rope_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
-       "chunked_vector", 8, 128, 2048, 1.0},
-      {"q rope_backward f32", Call::rope_backward, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
-       "chunked_vector", 8, 128, 4096, 1.0},
+      {"q rope_backward bf16", Call::rope_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
+       kI, kH, 0, "chunked_vector", 8, 128, 2048, 1.0},
+      {"q rope_backward f32", Call::rope_backward, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64,
+       kI, kH, 0, "chunked_vector", 8, 128, 4096, 1.0},
       // In place with the MLA layout change: staged rounds of 512 / 8 = 64 slices (bf16), two
       // rounds a row; f32: 32 slices of 16 chunks, four rounds a row.
-      {"q rope_inplace bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
-       "staged_vector", 16, 128, 512, 1.0},
-      {"q rope_inplace f16", Call::rope_inplace, DType::f16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
-       "staged_vector", 16, 128, 512, 1.0},
-      {"q rope_inplace f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
-       "staged_vector", 32, 128, 512, 1.0},
-      {"q rope_inplace thd bf16", Call::rope_inplace, DType::bf16, TokenLayout::thd, 8, 128, 128, 64, kI, kH, 0,
-       "staged_vector", 16, 128, 512, 0.98},
-      {"q rope_backward_inplace bf16", Call::rope_backward_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
+      {"q rope_inplace bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
        kI, kH, 0, "staged_vector", 16, 128, 512, 1.0},
+      {"q rope_inplace f16", Call::rope_inplace, DType::f16, TokenLayout::sbhd, 8, 128, 128, 64, kI,
+       kH, 0, "staged_vector", 16, 128, 512, 1.0},
+      {"q rope_inplace f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI,
+       kH, 0, "staged_vector", 32, 128, 512, 1.0},
+      {"q rope_inplace thd bf16", Call::rope_inplace, DType::bf16, TokenLayout::thd, 8, 128, 128,
+       64, kI, kH, 0, "staged_vector", 16, 128, 512, 0.98},
+      {"q rope_backward_inplace bf16", Call::rope_backward_inplace, DType::bf16, TokenLayout::sbhd,
+       8, 128, 128, 64, kI, kH, 0, "staged_vector", 16, 128, 512, 1.0},
       // In place without a layout change: chunks only, 128 x 8 (bf16), 128 x 16 (f32).
-      {"q rope_inplace half bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kH, kH, 0,
-       "chunked_vector", 8, 128, 1024, 1.0},
-      {"q rope_inplace half f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kH, kH, 0,
-       "chunked_vector", 8, 128, 2048, 1.0},
+      {"q rope_inplace half bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128,
+       64, kH, kH, 0, "chunked_vector", 8, 128, 1024, 1.0},
+      {"q rope_inplace half f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128,
+       64, kH, kH, 0, "chunked_vector", 8, 128, 2048, 1.0},
       // Misaligned by one element: the scalar paths, 32 one-pair chunks a slice.
-      {"q rope bf16 misaligned", Call::rope, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 1,
-       "chunked_scalar", 8, 128, 4096, 0.62},
-      {"q rope f32 misaligned", Call::rope, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 1,
-       "chunked_scalar", 8, 128, 4096, 0.71},
-      {"q rope_inplace bf16 misaligned", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH,
-       1, "whole_slice_scalar", 8, 128, 128, 0.06},
+      {"q rope bf16 misaligned", Call::rope, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI,
+       kH, 1, "chunked_scalar", 8, 128, 4096, 0.62},
+      {"q rope f32 misaligned", Call::rope, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH,
+       1, "chunked_scalar", 8, 128, 4096, 0.71},
+      {"q rope_inplace bf16 misaligned", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128,
+       128, 64, kI, kH, 1, "whole_slice_scalar", 8, 128, 128, 0.06},
       // kv: 128 heads x max(8 chunks, 16 + 16 pieces of k and v) (bf16); f32: max(16, 32 + 32).
       {"kv_split bf16", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
        "vector", 8, 128, 4096, 1.0},
@@ -112,32 +120,34 @@ const std::vector<Canonical>& canonical_calls() {
        "vector", 8, 128, 4096, 1.0},
       {"kv_split f32", Call::kv_split, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
        "vector", 8, 128, 8192, 1.0},
-      {"kv_split thd bf16", Call::kv_split, DType::bf16, TokenLayout::thd, 8, 128, 128, 64, kI, kH, 0,
-       "vector", 8, 128, 4096, 0.99},
-      {"kv_split bf16 misaligned", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 1,
-       "scalar", 8, 128, 4096, 0.81},
+      {"kv_split thd bf16", Call::kv_split, DType::bf16, TokenLayout::thd, 8, 128, 128, 64, kI, kH,
+       0, "vector", 8, 128, 4096, 0.99},
+      {"kv_split bf16 misaligned", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
+       kI, kH, 1, "scalar", 8, 128, 4096, 0.81},
       // Small k and v: the chunks decide (4 heads x 8 chunks > 4 x (2 + 2) pieces).
-      {"kv_split bf16 small k and v", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 4, 16, 64, kI, kH, 0,
-       "vector", 8, 32, 32, 1.0},
-      // kv backward: max(8 chunks x 16 head groups, 128 x 32 pieces) (bf16); f32: 16 x 8, 128 x 64.
-      {"kv_split_backward bf16", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
-       "vector", 8, 128, 4096, 1.0},
-      {"kv_split_backward f32", Call::kv_split_backward, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI, kH, 0,
-       "vector", 8, 128, 8192, 1.0},
-      {"kv_split_backward bf16 misaligned", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
-       kI, kH, 1, "scalar", 8, 128, 4096, 0.85},
-      // Small k and v, backward: the partial sums decide (8 chunks x 4 head groups > 4 x (2 + 2)).
-      {"kv_split_backward bf16 small k and v", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 4, 16, 64,
+      {"kv_split bf16 small k and v", Call::kv_split, DType::bf16, TokenLayout::sbhd, 8, 4, 16, 64,
        kI, kH, 0, "vector", 8, 32, 32, 1.0},
-      // One small head: 8 chunks (f32 emb 8: 2), one warp; THD stops at 4096 blocks, any layout at 2^20.
-      {"rope thd bf16 past the THD block cap", Call::rope, DType::bf16, TokenLayout::thd, 5000, 1, 0, 64, kI, kH, 0,
-       "chunked_vector", 4096, 32, 8, 0.73},
-      {"rope sbhd f32 past the block cap", Call::rope, DType::f32, TokenLayout::sbhd, (1 << 20) + 6, 1, 0, 8, kH, kH,
-       0, "chunked_vector", 1 << 20, 32, 2, 0.0},
+      // kv backward: max(8 chunks x 16 head groups, 128 x 32 pieces) (bf16); f32: 16 x 8, 128 x 64.
+      {"kv_split_backward bf16", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd, 8, 128,
+       128, 64, kI, kH, 0, "vector", 8, 128, 4096, 1.0},
+      {"kv_split_backward f32", Call::kv_split_backward, DType::f32, TokenLayout::sbhd, 8, 128, 128,
+       64, kI, kH, 0, "vector", 8, 128, 8192, 1.0},
+      {"kv_split_backward bf16 misaligned", Call::kv_split_backward, DType::bf16, TokenLayout::sbhd,
+       8, 128, 128, 64, kI, kH, 1, "scalar", 8, 128, 4096, 0.85},
+      // Small k and v, backward: the partial sums decide (8 chunks x 4 head groups > 4 x (2 + 2)).
+      {"kv_split_backward bf16 small k and v", Call::kv_split_backward, DType::bf16,
+       TokenLayout::sbhd, 8, 4, 16, 64, kI, kH, 0, "vector", 8, 32, 32, 1.0},
+      // One small head: 8 chunks (f32 emb 8: 2), one warp; THD stops at 4096 blocks, any layout at
+      // 2^20.
+      {"rope thd bf16 past the THD block cap", Call::rope, DType::bf16, TokenLayout::thd, 5000, 1,
+       0, 64, kI, kH, 0, "chunked_vector", 4096, 32, 8, 0.73},
+      {"rope sbhd f32 past the block cap", Call::rope, DType::f32, TokenLayout::sbhd, (1 << 20) + 6,
+       1, 0, 8, kH, kH, 0, "chunked_vector", 1 << 20, 32, 2, 0.0},
       // YaRN tables: one block per row, a thread per pair.
-      {"yarn_tables bf16", Call::yarn, DType::bf16, TokenLayout::sbhd, 8, 1, 0, 64, kI, kH, 0, "", 8, 32, 32, 1.0},
-      {"yarn_tables f32 128 pairs", Call::yarn, DType::f32, TokenLayout::sbhd, 8, 1, 0, 256, kI, kH, 0, "", 8, 128,
-       128, 1.0},
+      {"yarn_tables bf16", Call::yarn, DType::bf16, TokenLayout::sbhd, 8, 1, 0, 64, kI, kH, 0, "",
+       8, 32, 32, 1.0},
+      {"yarn_tables f32 128 pairs", Call::yarn, DType::f32, TokenLayout::sbhd, 8, 1, 0, 256, kI, kH,
+       0, "", 8, 128, 128, 1.0},
   };
   return calls;
 }
@@ -146,13 +156,16 @@ const std::vector<Canonical>& canonical_calls() {
 // offsets. Unbacked when `backed` is false (builder-only calls: nothing reads the memory).
 class Arena {
  public:
-  Arena(std::int64_t bytes, bool backed) : storage_(backed ? static_cast<std::size_t>(bytes + 256) : 0, 0) {
+  Arena(std::int64_t bytes, bool backed)
+      : storage_(backed ? static_cast<std::size_t>(bytes + 256) : 0, 0) {
     const auto address = reinterpret_cast<std::uintptr_t>(storage_.data());
-    base_ = backed ? storage_.data() + (256 - address % 256) % 256 : reinterpret_cast<unsigned char*>(std::uintptr_t{1} << 20);
+    base_ = backed ? storage_.data() + (256 - address % 256) % 256
+                   : reinterpret_cast<unsigned char*>(std::uintptr_t{1} << 20);
   }
   // A view of `shape`, C order, at byte offset `offset` (kept 256-aligned by the caller) plus
   // `shift` elements.
-  TensorView view(std::int64_t offset, std::int64_t shift, DType dtype, const std::vector<std::int64_t>& shape) {
+  TensorView view(std::int64_t offset, std::int64_t shift, DType dtype,
+                  const std::vector<std::int64_t>& shape) {
     TensorView v;
     v.data = base_ + offset + shift * static_cast<std::int64_t>(dtype_size(dtype));
     v.dtype = dtype;
@@ -183,7 +196,8 @@ std::int64_t room(const std::vector<std::int64_t>& shape, DType dtype) {
 }
 
 // Activation shape: SBHD [S, B, H, width] or THD [T, H, width].
-std::vector<std::int64_t> activation_shape(const Canonical& c, std::int64_t heads, std::int64_t width) {
+std::vector<std::int64_t> activation_shape(const Canonical& c, std::int64_t heads,
+                                           std::int64_t width) {
   if (c.layout == TokenLayout::thd) return {c.rows, heads, width};
   const std::int64_t b = c.rows % 2 == 0 ? 2 : 1;
   return {c.rows / b, b, heads, width};
@@ -206,7 +220,9 @@ const char* variant_name(detail::RopeVariant v) {
   }
   return "?";
 }
-const char* variant_name(detail::KvVariant v) { return v == detail::KvVariant::vector ? "vector" : "scalar"; }
+const char* variant_name(detail::KvVariant v) {
+  return v == detail::KvVariant::vector ? "vector" : "scalar";
+}
 
 // The call's buffers and descriptors: tables [rows, emb] f32 (aligned), activations shifted.
 class CanonicalRun {
@@ -223,9 +239,12 @@ class CanonicalRun {
     switch (c_.call) {
       case Call::rope:
       case Call::rope_backward: {
-        const TensorView in = next_view(c_.shift, rope_shape()), out = next_view(c_.shift, rope_shape());
+        const TensorView in = next_view(c_.shift, rope_shape()),
+                         out = next_view(c_.shift, rope_shape());
         const RopeArgs args = rope_args();
-        const detail::RopeLaunch l = detail::make_rope_launch(in, out, args, {false, c_.call == Call::rope_backward}, profile);
+        const detail::RopeLaunch l =
+            detail::make_rope_launch(in, out, args, {false, c_.call == Call::rope_backward},
+                                     profile);
         o = {variant_name(l.variant), l.grid, l.work, {}};
         if (!backed_) break;
         if (c_.call == Call::rope) rope(RopeCall{in, out, args}, stream);
@@ -285,11 +304,14 @@ class CanonicalRun {
   }
 
  private:
-  std::vector<std::int64_t> rope_shape() const { return activation_shape(c_, c_.heads, c_.nope + c_.emb); }
+  std::vector<std::int64_t> rope_shape() const {
+    return activation_shape(c_, c_.heads, c_.nope + c_.emb);
+  }
 
   std::int64_t total_bytes() const {
     const std::int64_t width = 2 * c_.nope + c_.emb;  // the widest activation of any op
-    return 6 * room(activation_shape(c_, c_.heads, width), DType::f32) + 2 * room({c_.rows, c_.emb}, DType::f32);
+    return 6 * room(activation_shape(c_, c_.heads, width), DType::f32) +
+           2 * room({c_.rows, c_.emb}, DType::f32);
   }
 
   TensorView next_view(std::int64_t shift, const std::vector<std::int64_t>& shape, DType dtype) {
@@ -365,16 +387,17 @@ TEST_P(CanonicalLaunch, GetsTheDocumentedVariantGridAndWork) {
   if (c.min_sector_efficiency == 0) return;  // builder only
   ASSERT_EQ(o.model.size(), 1u) << "one launch per call";
   const ModelLaunchStats& m = o.model[0];
-  const std::string want = c.call == Call::yarn ? std::string("yarn_tables")
-                                                : std::string(to_string(op_of(c.call))) + "/" + c.variant + "/" +
-                                                      std::string(to_string(c.dtype));
+  const std::string want = c.call == Call::yarn
+                               ? std::string("yarn_tables")
+                               : std::string(to_string(op_of(c.call))) + "/" + c.variant + "/" +
+                                     std::string(to_string(c.dtype));
   EXPECT_EQ(m.kernel, want) << "the launch the stream ran";
   EXPECT_EQ(m.blocks, c.blocks) << "the GPU model runs the CUDA geometry";
   EXPECT_EQ(m.threads, c.threads);
   EXPECT_EQ(m.errors, 0);
   EXPECT_GE(m.sector_efficiency(), c.min_sector_efficiency) << "predicted sector efficiency fell";
-  std::printf("  %-40s %-24s grid %7lld x %3d, %5lld items/thread, sector efficiency %.3f\n", c.name.c_str(),
-              m.kernel.c_str(), static_cast<long long>(m.blocks), m.threads,
+  std::printf("  %-40s %-24s grid %7lld x %3d, %5lld items/thread, sector efficiency %.3f\n",
+              c.name.c_str(), m.kernel.c_str(), static_cast<long long>(m.blocks), m.threads,
               static_cast<long long>((c.work + c.threads - 1) / c.threads), m.sector_efficiency());
 }
 
@@ -388,11 +411,13 @@ std::string case_name(const ::testing::TestParamInfo<std::size_t>& info) {
 // The GPU model refuses a grid a GPU would refuse (the host executor alone would run nothing
 // for zero threads): a launch builder that sizes an empty call 1 x 0 fails here, not only on a GPU.
 TEST(GpuModelLaunch, RefusesConfigurationsAGpuRefuses) {
-  for (const kernels::GridShape bad : {kernels::GridShape{1, 0}, kernels::GridShape{0, 32}, kernels::GridShape{1, 1025},
-                                       kernels::GridShape{std::int64_t{1} << 31, 32}})
+  for (const kernels::GridShape bad :
+       {kernels::GridShape{1, 0}, kernels::GridShape{0, 32}, kernels::GridShape{1, 1025},
+        kernels::GridShape{std::int64_t{1} << 31, 32}})
     EXPECT_THROW(host::check_launch_configuration("rope/chunked_vector/bf16", bad), Error)
         << bad.blocks << " x " << bad.threads;
-  EXPECT_NO_THROW(host::check_launch_configuration("rope/chunked_vector/bf16", kernels::GridShape{1, 1024}));
+  EXPECT_NO_THROW(
+      host::check_launch_configuration("rope/chunked_vector/bf16", kernels::GridShape{1, 1024}));
   // An empty yarn_tables call launches nothing under the model.
   HostStreamOptions options;
   options.gpu_model = true;
@@ -405,8 +430,8 @@ TEST(GpuModelLaunch, RefusesConfigurationsAGpuRefuses) {
   EXPECT_TRUE(take_model_stats(stream).empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Dsv3, CanonicalLaunch, ::testing::Range<std::size_t>(0, canonical_calls().size()),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Dsv3, CanonicalLaunch,
+                         ::testing::Range<std::size_t>(0, canonical_calls().size()), case_name);
 
 }  // namespace
 }  // namespace mlarope::test
@@ -420,7 +445,8 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
   std::uint32_t x = seed;
   for (std::uint16_t& e : v) {
     x = x * 1664525u + 1013904223u;
-    e = static_cast<std::uint16_t>(0x3C00u + ((x >> 8) % 0x0300u)) | static_cast<std::uint16_t>((x >> 31) << 15);
+    e = static_cast<std::uint16_t>(0x3C00u + ((x >> 8) % 0x0300u)) |
+        static_cast<std::uint16_t>((x >> 31) << 15);
   }
   return v;
 }
@@ -433,17 +459,21 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
 void expect_fast_mode_gives_the_models_bits(std::int64_t H, std::int64_t E) {
   constexpr std::int64_t S = 4, B = 2, K = 128, V = 128;
   SCOPED_TRACE("H = " + std::to_string(H) + ", emb " + std::to_string(E));
-  const std::vector<std::uint16_t> kv = random_bf16(S * B * H * (K + V), 1), k_pe = random_bf16(S * B * E, 2);
+  const std::vector<std::uint16_t> kv = random_bf16(S * B * H * (K + V), 1),
+                                   k_pe = random_bf16(S * B * E, 2);
   const std::vector<std::uint16_t> grad_key = random_bf16(S * B * H * (K + E), 3),
                                    grad_value = random_bf16(S * B * H * V, 4);
   std::vector<float> cos(S * E), sin(S * E);
-  for (std::size_t i = 0; i < cos.size(); ++i) cos[i] = 0.6f + 0.001f * static_cast<float>(i % 97), sin[i] = 0.8f;
+  for (std::size_t i = 0; i < cos.size(); ++i)
+    cos[i] = 0.6f + 0.001f * static_cast<float>(i % 97), sin[i] = 0.8f;
   struct Outputs {
     std::vector<std::uint16_t> key, value, grad_kv, grad_k_pe;
   };
   auto run = [&](bool gpu_model) {
-    Outputs o{std::vector<std::uint16_t>(S * B * H * (K + E)), std::vector<std::uint16_t>(S * B * H * V),
-              std::vector<std::uint16_t>(S * B * H * (K + V)), std::vector<std::uint16_t>(S * B * E)};
+    Outputs o{std::vector<std::uint16_t>(S * B * H * (K + E)),
+              std::vector<std::uint16_t>(S * B * H * V),
+              std::vector<std::uint16_t>(S * B * H * (K + V)),
+              std::vector<std::uint16_t>(S * B * E)};
     HostStreamOptions options;
     options.gpu_model = gpu_model;
     Stream stream = Stream::host(options);
@@ -457,10 +487,11 @@ void expect_fast_mode_gives_the_models_bits(std::int64_t H, std::int64_t E) {
                          contiguous_view<void>(o.value.data(), DType::bf16, {S, B, H, V}), a},
              stream);
     kv_split_backward(
-        KvSplitBackwardCall{contiguous_view<const void>(grad_key.data(), DType::bf16, {S, B, H, K + E}),
-                            contiguous_view<const void>(grad_value.data(), DType::bf16, {S, B, H, V}),
-                            contiguous_view<void>(o.grad_kv.data(), DType::bf16, {S, B, H, K + V}),
-                            contiguous_view<void>(o.grad_k_pe.data(), DType::bf16, {S, B, 1, E}), a},
+        KvSplitBackwardCall{
+            contiguous_view<const void>(grad_key.data(), DType::bf16, {S, B, H, K + E}),
+            contiguous_view<const void>(grad_value.data(), DType::bf16, {S, B, H, V}),
+            contiguous_view<void>(o.grad_kv.data(), DType::bf16, {S, B, H, K + V}),
+            contiguous_view<void>(o.grad_k_pe.data(), DType::bf16, {S, B, 1, E}), a},
         stream);
     stream.synchronize();
     return o;
@@ -474,7 +505,8 @@ void expect_fast_mode_gives_the_models_bits(std::int64_t H, std::int64_t E) {
 
 TEST(FastMode, KvShapesGiveTheModelsBits) {
   expect_fast_mode_gives_the_models_bits(128, 64);  // DeepSeek-V3: the fast bodies
-  expect_fast_mode_gives_the_models_bits(16, 520);  // past the fast kv_split: device body, host ranges
+  expect_fast_mode_gives_the_models_bits(16,
+                                         520);  // past the fast kv_split: device body, host ranges
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ TEST_P(DeviceCopyTest, DeviceBuffersAre256ByteAligned) {
 
 TEST_P(DeviceCopyTest, TestTensorsKeepTheirHostAddressModulo256OnTheDevice) {
   std::vector<Tensor> tensors;
-  for (std::int64_t n : {1, 3, 7, 40, 333, 5000}) tensors.emplace_back(DType::bf16, std::vector<std::int64_t>{n});
+  for (std::int64_t n : {1, 3, 7, 40, 333, 5000})
+    tensors.emplace_back(DType::bf16, std::vector<std::int64_t>{n});
   for (Tensor& t : tensors) {
     t.upload(backend());
     EXPECT_EQ(address(t.device_view().data) % 256, address(t.host_view().data) % 256);

@@ -43,14 +43,16 @@ FaultyHostStream model_stream(KernelFault fault) { return FaultyHostStream(fault
 
 TEST(GpuModelDetectors, AlignmentCatchesAVectorCopyWhenOnlyOneTensorIsAligned) {
   RopeBuffers b(/*misalign_t=*/true);
-  const std::string faulty = error_of([&] { model_stream(KernelFault::vector_either_aligned).rope(b.call()); });
+  const std::string faulty =
+      error_of([&] { model_stream(KernelFault::vector_either_aligned).rope(b.call()); });
   EXPECT_NE(faulty.find("misaligned 16-byte"), std::string::npos) << faulty;
   EXPECT_EQ(error_of([&] { model_stream(KernelFault::none).rope(b.call()); }), "");
 }
 
 TEST(GpuModelDetectors, BoundsCatchAStorePastTheEndOfAnOutput) {
   KvSplitBuffers b;
-  const std::string faulty = error_of([&] { model_stream(KernelFault::store_past_end).kv_split(b.call()); });
+  const std::string faulty =
+      error_of([&] { model_stream(KernelFault::store_past_end).kv_split(b.call()); });
   EXPECT_NE(faulty.find("out-of-bounds store"), std::string::npos) << faulty;
   EXPECT_TRUE(b.guard_intact()) << "the model must not make a store it refuses";
   EXPECT_EQ(error_of([&] { model_stream(KernelFault::none).kv_split(b.call()); }), "");
@@ -58,15 +60,16 @@ TEST(GpuModelDetectors, BoundsCatchAStorePastTheEndOfAnOutput) {
 
 TEST(GpuModelDetectors, RacesCatchTwoThreadsWritingOneElement) {
   RopeBuffers b(/*misalign_t=*/true);  // element copies of the nope parts (no vector path)
-  const std::string faulty = error_of([&] { model_stream(KernelFault::shared_element).rope(b.call()); });
+  const std::string faulty =
+      error_of([&] { model_stream(KernelFault::shared_element).rope(b.call()); });
   EXPECT_NE(faulty.find("race: store of a byte that thread"), std::string::npos) << faulty;
   EXPECT_EQ(error_of([&] { model_stream(KernelFault::none).rope(b.call()); }), "");
 }
 
 TEST(GpuModelDetectors, RacesCatchTheStagedBodyWithoutItsBarrier) {
   RopeBuffers b(/*misalign_t=*/false);  // in place, MLA layouts, emb 64: the staged body
-  const std::string faulty =
-      error_of([&] { model_stream(KernelFault::staged_missing_barrier).rope_inplace(b.inplace_call()); });
+  const std::string faulty = error_of(
+      [&] { model_stream(KernelFault::staged_missing_barrier).rope_inplace(b.inplace_call()); });
   EXPECT_NE(faulty.find("rope/staged_vector/bf16"), std::string::npos) << faulty;
   EXPECT_NE(faulty.find("race: store of a byte that"), std::string::npos) << faulty;
   EXPECT_EQ(error_of([&] { model_stream(KernelFault::none).rope_inplace(b.inplace_call()); }), "");
@@ -167,7 +170,8 @@ TEST(GpuModelRefusals, NoHelperMakesAnAccessTheModelRefuses) {
   EXPECT_EQ(shared[3], 0.0f);
   EXPECT_EQ(recorder.stats().errors, 11);
   ASSERT_FALSE(recorder.findings().empty());
-  EXPECT_NE(recorder.findings()[0].find("out-of-bounds load"), std::string::npos) << recorder.findings()[0];
+  EXPECT_NE(recorder.findings()[0].find("out-of-bounds load"), std::string::npos)
+      << recorder.findings()[0];
 }
 
 // A footprint holds kCapacity tensors (more than any call has); past that, adding is a no-op,

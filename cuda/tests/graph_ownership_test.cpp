@@ -8,8 +8,8 @@
 #include <atomic>
 #include <thread>
 
-#include "testing/backend_cases.h"
 #include "mlarope/error.h"
+#include "testing/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

@@ -72,7 +72,8 @@ TEST_P(KvSplitBackendTest, CallsWithoutAStatusWordAndEmptyCalls) {
   const std::vector<KvCase> cases = both_directions(bases);
   for (const KvCase& c : cases) EXPECT_TRUE(check_kv_case(c, backend(), 1));
   if (backend() == BackendKind::host) {
-    for (const KvCase& c : cases) EXPECT_TRUE(check_kv_case(c, backend(), 1, nullptr, true)) << "GPU model";
+    for (const KvCase& c : cases)
+      EXPECT_TRUE(check_kv_case(c, backend(), 1, nullptr, true)) << "GPU model";
   }
 }
 

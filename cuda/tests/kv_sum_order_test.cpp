@@ -25,10 +25,10 @@ namespace {
 constexpr std::int64_t kRows = 3, kHeads = 128, kK = 128, kV = 128, kEmb = 64;
 
 TEST(KvSumOrder, GroupsFollowTheDocumentedRule) {
-  EXPECT_EQ(kernels::kv_sum_groups(128, 8), 16);  // DeepSeek-V3 bf16: 8 chunks of 4 pairs
-  EXPECT_EQ(kernels::kv_sum_groups(128, 16), 8);  // f32: 16 chunks of 2 pairs
-  EXPECT_EQ(kernels::kv_sum_groups(3, 8), 3);     // at most one group per head
-  EXPECT_EQ(kernels::kv_sum_groups(128, 200), 1); // more chunks than slots: one group
+  EXPECT_EQ(kernels::kv_sum_groups(128, 8), 16);   // DeepSeek-V3 bf16: 8 chunks of 4 pairs
+  EXPECT_EQ(kernels::kv_sum_groups(128, 16), 8);   // f32: 16 chunks of 2 pairs
+  EXPECT_EQ(kernels::kv_sum_groups(3, 8), 3);      // at most one group per head
+  EXPECT_EQ(kernels::kv_sum_groups(128, 200), 1);  // more chunks than slots: one group
   EXPECT_EQ(kernels::kv_sum_groups(0, 8), 1);
 }
 
@@ -51,9 +51,11 @@ float grouped_sum(const std::vector<float>& g, std::int64_t row, std::int64_t k,
                   std::int64_t groups, const std::vector<std::int64_t>& group_order) {
   std::vector<float> partial(static_cast<std::size_t>(groups), 0.0f);
   for (std::int64_t h = 0; h < kHeads; ++h)
-    partial[static_cast<std::size_t>(h % groups)] += g[static_cast<std::size_t>((row * kHeads + h) * (kK + kEmb) + kK + k)];
+    partial[static_cast<std::size_t>(h % groups)] +=
+        g[static_cast<std::size_t>((row * kHeads + h) * (kK + kEmb) + kK + k)];
   float sum = partial[static_cast<std::size_t>(group_order[0])];
-  for (std::size_t i = 1; i < group_order.size(); ++i) sum += partial[static_cast<std::size_t>(group_order[i])];
+  for (std::size_t i = 1; i < group_order.size(); ++i)
+    sum += partial[static_cast<std::size_t>(group_order[i])];
   return sum;
 }
 
@@ -85,13 +87,16 @@ std::vector<float> grad_k_pe_on(Stream& stream, const std::vector<float>& grad_k
   const bool bf16 = dtype == DType::bf16;
   AlignedFloats grad_key(grad_key_values.size(), 0.0f);
   for (std::size_t i = 0; i < grad_key_values.size(); ++i) {
-    if (bf16) reinterpret_cast<std::uint16_t*>(grad_key.data())[i] = kernels::float_to_bf16(grad_key_values[i]);
+    if (bf16)
+      reinterpret_cast<std::uint16_t*>(grad_key.data())[i] =
+          kernels::float_to_bf16(grad_key_values[i]);
     else grad_key.data()[i] = grad_key_values[i];
   }
   AlignedFloats grad_value(static_cast<std::size_t>(kRows * kHeads * kV), 0.0f);
   AlignedFloats grad_kv(static_cast<std::size_t>(kRows * kHeads * (kK + kV)), 0.0f);
   AlignedFloats grad_k_pe(static_cast<std::size_t>(kRows * kEmb), 0.0f);
-  AlignedFloats cos(static_cast<std::size_t>(kRows * kEmb), 1.0f), sin(static_cast<std::size_t>(kRows * kEmb), 0.0f);
+  AlignedFloats cos(static_cast<std::size_t>(kRows * kEmb), 1.0f),
+      sin(static_cast<std::size_t>(kRows * kEmb), 0.0f);
   KvSplitBackwardCall c;
   c.grad_key = contiguous_view<const void>(grad_key.data(), dtype, {kRows, 1, kHeads, kK + kEmb});
   c.grad_value = contiguous_view<const void>(grad_value.data(), dtype, {kRows, 1, kHeads, kV});
@@ -107,26 +112,34 @@ std::vector<float> grad_k_pe_on(Stream& stream, const std::vector<float>& grad_k
   stream.synchronize();
   std::vector<float> out(static_cast<std::size_t>(kRows * kEmb));
   for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = bf16 ? kernels::bf16_to_float(reinterpret_cast<const std::uint16_t*>(grad_k_pe.data())[i])
-                  : grad_k_pe.data()[i];
+    out[i] =
+        bf16 ? kernels::bf16_to_float(reinterpret_cast<const std::uint16_t*>(grad_k_pe.data())[i])
+             : grad_k_pe.data()[i];
   return out;
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(float a, float b) {
+  // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise is meant (NaNs, signed zeros)
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
 
 // Elements of `got` whose bits differ from the sums in `order` with `groups` groups.
-int mismatches(const std::vector<float>& got, const std::vector<float>& grad_key, std::int64_t groups,
-               const std::vector<std::int64_t>& order) {
+int mismatches(const std::vector<float>& got, const std::vector<float>& grad_key,
+               std::int64_t groups, const std::vector<std::int64_t>& order) {
   int n = 0;
   for (std::int64_t row = 0; row < kRows; ++row)
     for (std::int64_t k = 0; k < kEmb; ++k)
-      n += same_bits(got[static_cast<std::size_t>(row * kEmb + k)], grouped_sum(grad_key, row, k, groups, order)) ? 0 : 1;
+      n += same_bits(got[static_cast<std::size_t>(row * kEmb + k)],
+                     grouped_sum(grad_key, row, k, groups, order))
+               ? 0
+               : 1;
   return n;
 }
 
 TEST(KvSumOrder, GradKPeIsTheGroupedSumBitForBitInBothHostModes) {
   const std::vector<float> grad_key = grad_key_values();
-  const std::int64_t groups = kernels::kv_sum_groups(kHeads, kEmb / 2 / kernels::kVectorPairs<float>);
+  const std::int64_t groups =
+      kernels::kv_sum_groups(kHeads, kEmb / 2 / kernels::kVectorPairs<float>);
   ASSERT_EQ(groups, 8);
   std::vector<std::int64_t> reversed = ascending(groups);
   std::reverse(reversed.begin(), reversed.end());
@@ -157,7 +170,8 @@ TEST(KvSumOrder, TheGpuModelSeesCoalescedPartialSums) {
     ASSERT_EQ(stats.size(), 1u);
     std::cout << "  " << stats[0].kernel << ": sector efficiency " << stats[0].sector_efficiency()
               << ", DRAM " << stats[0].dram_bytes << " bytes\n";
-    EXPECT_EQ(stats[0].kernel, std::string("kv_split_backward/vector/") + (dtype == DType::f32 ? "f32" : "bf16"));
+    EXPECT_EQ(stats[0].kernel,
+              std::string("kv_split_backward/vector/") + (dtype == DType::f32 ? "f32" : "bf16"));
     EXPECT_GE(stats[0].sector_efficiency(), 0.99);
   }
 }

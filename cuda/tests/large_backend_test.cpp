@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "device/cuda_backend.h"
-#include "testing/backend_cases.h"
 #include "host_convert.h"
 #include "reference.h"
+#include "testing/backend_cases.h"
 
 namespace mlarope::test {
 namespace {
@@ -62,8 +62,8 @@ TEST_P(LargeBackendTest, MoreThan65535SbhdRows) {
 class SparseMapping {
  public:
   explicit SparseMapping(std::size_t bytes) : bytes_(bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     data_ = p == MAP_FAILED ? nullptr : p;
   }
   ~SparseMapping() {
@@ -105,7 +105,7 @@ class SpanMemory {
 TEST_P(LargeBackendTest, TensorSpanningMoreThan2To31Elements) {
   constexpr std::int64_t kRows = 3, kHeads = 2, kNope = 8, kEmb = 16, kD = kNope + kEmb;
   constexpr std::int64_t kRowStride = (std::int64_t{1} << 30) + 24;  // row 2 at > 2^31 elements
-  constexpr std::int64_t kRowElements = kHeads * kD;                  // contiguous in a row
+  constexpr std::int64_t kRowElements = kHeads * kD;                 // contiguous in a row
   const std::size_t bytes = static_cast<std::size_t>(kRowStride * (kRows - 1) + kRowElements) * 2;
   if (backend() == BackendKind::cuda && detail::cuda::free_memory() < 2 * bytes + (64u << 20))
     GTEST_SKIP() << "the CUDA device has " << detail::cuda::free_memory() << " bytes free; this "
@@ -124,7 +124,9 @@ TEST_P(LargeBackendTest, TensorSpanningMoreThan2To31Elements) {
     v.strides = {kRowStride, kD, 1, 0};
     return v;
   };
-  auto row_offset = [&](std::int64_t row) { return static_cast<std::size_t>(row * kRowStride * 2); };
+  auto row_offset = [&](std::int64_t row) {
+    return static_cast<std::size_t>(row * kRowStride * 2);
+  };
   // The same rows, compactly, for the reference.
   Tensor compact(DType::bf16, {kRows, kHeads, kD});
   Rng rng(8);
@@ -193,7 +195,8 @@ TEST_P(LargeBackendTest, DenseTensorOfMoreThan2To31ElementsOnTheDevice) {
   const std::size_t last_bytes = bytes - last_offset;
   const auto* last_data = last.storage().data() + kGuardBytes;
   in.copy_from_host(last_data, last_bytes, last_offset);
-  Tensor cos = random_table(DType::f32, kSeq, kEmb, rng), sin = random_table(DType::f32, kSeq, kEmb, rng);
+  Tensor cos = random_table(DType::f32, kSeq, kEmb, rng),
+         sin = random_table(DType::f32, kSeq, kEmb, rng);
   cos.upload(backend());
   sin.upload(backend());
   auto view = [&](void* data) {

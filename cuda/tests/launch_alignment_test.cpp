@@ -48,7 +48,8 @@ class CallArena {
     const auto it = layout_.shift.find(name);
     const std::int64_t shift = it == layout_.shift.end() ? 0 : it->second;
     const std::int64_t head_stride = padded(d), row_stride = heads * head_stride;
-    const TensorView v = arena_.view(next_ + shift, {S, 1, heads, d}, {row_stride, row_stride, head_stride, 1});
+    const TensorView v =
+        arena_.view(next_ + shift, {S, 1, heads, d}, {row_stride, row_stride, head_stride, 1});
     next_ += S * row_stride + 64;  // regions stay 16-byte aligned before their shift
     return v;
   }
@@ -132,10 +133,12 @@ TEST(LaunchAlignment, RopeConditionsWithOneOperandFalse) {
   for (const Case& c : cases) {
     CallArena arena(c.layout);
     const RopeCall call = rope_call(arena);
-    const detail::RopeLaunch l = detail::make_rope_launch(call.t, call.out, call.args, {false, false}, kProfile);
+    const detail::RopeLaunch l =
+        detail::make_rope_launch(call.t, call.out, call.args, {false, false}, kProfile);
     EXPECT_EQ(l.args.copy_vector, c.copy_vector) << c.what;
     EXPECT_EQ(l.variant == detail::RopeVariant::chunked_vector, c.vector) << c.what;
-    expect_clean_model_run(call, [](const RopeCall& k, Stream& s) { rope(k, s); }, c.what);
+    expect_clean_model_run(
+        call, [](const RopeCall& k, Stream& s) { rope(k, s); }, c.what);
   }
 }
 
@@ -143,7 +146,10 @@ TEST(LaunchAlignment, KvSplitConditionsWithOneOperandFalse) {
   const std::vector<Case> cases = {
       {"every operand aligned", {}, true, true},
       {"kv(k) (k = 4); key(k) for the rope part", {4, 24, 0, {}}, false, false},
-      {"kv(0): kv shifted by 4, k = 4 (kv(k) aligned); key(k)", {4, 24, 0, {{"kv", 4}}}, false, false},
+      {"kv(0): kv shifted by 4, k = 4 (kv(k) aligned); key(k)",
+       {4, 24, 0, {{"kv", 4}}},
+       false,
+       false},
       {"key(0) (and key(k)): key shifted by 1", {16, 24, 0, {{"key", 1}}}, false, false},
       {"value(0): value shifted by 1", {16, 24, 0, {{"value", 1}}}, false, true},
       {"k_pe(0): k_pe shifted by 1", {16, 24, 0, {{"k_pe", 1}}}, true, false},
@@ -154,7 +160,8 @@ TEST(LaunchAlignment, KvSplitConditionsWithOneOperandFalse) {
     const detail::KvSplitLaunch l = detail::make_kv_split_launch(call, kProfile);
     EXPECT_EQ(l.args.copy_vector, c.copy_vector) << c.what;
     EXPECT_EQ(l.variant == detail::KvVariant::vector, c.vector) << c.what;
-    expect_clean_model_run(call, [](const KvSplitCall& k, Stream& s) { kv_split(k, s); }, c.what);
+    expect_clean_model_run(
+        call, [](const KvSplitCall& k, Stream& s) { kv_split(k, s); }, c.what);
   }
 }
 
@@ -162,7 +169,10 @@ TEST(LaunchAlignment, KvSplitBackwardConditionsWithOneOperandFalse) {
   const std::vector<Case> cases = {
       {"every operand aligned", {}, true, true},
       {"grad_kv(k) (k = 4); grad_key(k) for the rope part", {4, 24, 0, {}}, false, false},
-      {"grad_kv(0): grad_kv shifted by 4, k = 4; grad_key(k)", {4, 24, 0, {{"grad_kv", 4}}}, false, false},
+      {"grad_kv(0): grad_kv shifted by 4, k = 4; grad_key(k)",
+       {4, 24, 0, {{"grad_kv", 4}}},
+       false,
+       false},
       {"grad_key(0) (and grad_key(k)): shifted by 1", {16, 24, 0, {{"grad_key", 1}}}, false, false},
       {"grad_value(0): shifted by 1", {16, 24, 0, {{"grad_value", 1}}}, false, true},
       {"grad_k_pe(0): shifted by 1", {16, 24, 0, {{"grad_k_pe", 1}}}, true, false},
@@ -173,8 +183,8 @@ TEST(LaunchAlignment, KvSplitBackwardConditionsWithOneOperandFalse) {
     const detail::KvSplitBackwardLaunch l = detail::make_kv_split_backward_launch(call, kProfile);
     EXPECT_EQ(l.args.copy_vector, c.copy_vector) << c.what;
     EXPECT_EQ(l.variant == detail::KvVariant::vector, c.vector) << c.what;
-    expect_clean_model_run(call, [](const KvSplitBackwardCall& k, Stream& s) { kv_split_backward(k, s); },
-                           c.what);
+    expect_clean_model_run(
+        call, [](const KvSplitBackwardCall& k, Stream& s) { kv_split_backward(k, s); }, c.what);
   }
 }
 
@@ -202,19 +212,25 @@ TEST(LaunchAlignment, TableVectorConditionsWithOneOperandFalse) {
     CallArena arena(Layout{});
     for (const bool in_place : {false, true}) {
       RopeCall call = rope_call(arena);
-      if (in_place) call.out = TensorView{const_cast<void*>(call.t.data), call.t.dtype, call.t.rank, call.t.shape, call.t.strides};
+      if (in_place)
+        call.out = TensorView{const_cast<void*>(call.t.data), call.t.dtype, call.t.rank,
+                              call.t.shape, call.t.strides};
       call.args.rotation.table_layout = c.table_layout;
-      call.args.rotation.cos = ConstTensorView{cos + c.cos_shift, DType::f32, 2, {S, kEmb}, {c.row_stride, 1}};
-      call.args.rotation.sin = ConstTensorView{sin + c.sin_shift, DType::f32, 2, {S, kEmb}, {c.row_stride, 1}};
+      call.args.rotation.cos =
+          ConstTensorView{cos + c.cos_shift, DType::f32, 2, {S, kEmb}, {c.row_stride, 1}};
+      call.args.rotation.sin =
+          ConstTensorView{sin + c.sin_shift, DType::f32, 2, {S, kEmb}, {c.row_stride, 1}};
       const detail::RopeLaunch l =
           detail::make_rope_launch(call.t, call.out, call.args, {in_place, false}, kProfile);
       const std::string what = c.what + (in_place ? " (in place)" : "");
       EXPECT_EQ(l.args.rotation.table_vector, c.table_vector) << what;
       if (in_place) {
         const RopeInplaceCall inplace{call.out, call.args};
-        expect_clean_model_run(inplace, [](const RopeInplaceCall& k, Stream& s) { rope_inplace(k, s); }, what);
+        expect_clean_model_run(
+            inplace, [](const RopeInplaceCall& k, Stream& s) { rope_inplace(k, s); }, what);
       } else {
-        expect_clean_model_run(call, [](const RopeCall& k, Stream& s) { rope(k, s); }, what);
+        expect_clean_model_run(
+            call, [](const RopeCall& k, Stream& s) { rope(k, s); }, what);
       }
     }
   }

@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The Megatron-compatible wrappers: each flag set gives the layout triple of docs/semantics.md §3, the
-// wrappers equal the primitives bit for bit, and undefined combinations are errors.
-#include "mlarope/megatron_ops.h"
-
+// The Megatron-compatible wrappers: each flag set gives the layout triple of docs/semantics.md §3,
+// the wrappers equal the primitives bit for bit, and undefined combinations are errors.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "testing/backend_test_util.h"
 #include "mlarope/error.h"
+#include "mlarope/megatron_ops.h"
+#include "testing/backend_test_util.h"
 
 namespace mlarope::test {
 namespace {
@@ -32,13 +31,15 @@ std::vector<Mode> modes() {
   neox.mla_rotary_interleaved = false;
   MegatronFlags gptj = neox;
   gptj.rotary_interleaved = true;
-  return {{"mla", mla, {I, H, H}}, {"dsv4", dsv4, {I, I, H}}, {"neox", neox, {H, H, H}},
+  return {{"mla", mla, {I, H, H}},
+          {"dsv4", dsv4, {I, I, H}},
+          {"neox", neox, {H, H, H}},
           {"gptj", gptj, {I, I, I}}};
 }
 
 struct QueryTensors {
   Tensor t, out_a, out_b, cos, sin;
-  explicit QueryTensors(BackendKind kind, std::vector<std::int64_t> shape, Rng& rng) {
+  explicit QueryTensors(BackendKind kind, const std::vector<std::int64_t>& shape, Rng& rng) {
     t = Tensor(DType::bf16, shape);
     out_a = Tensor(DType::bf16, shape);
     out_b = Tensor(DType::bf16, shape);
@@ -93,7 +94,8 @@ TEST_P(MegatronOpsTest, KvSplitTakesMegatronsHeadlessKPe) {
   Tensor cos = random_table(DType::f32, 8, 64, rng), sin = random_table(DType::f32, 8, 64, rng);
   kv.fill_uniform(rng);
   k_pe.fill_uniform(rng);
-  for (Tensor* x : {&kv, &k_pe, &key_a, &key_b, &value_a, &value_b, &cos, &sin}) x->upload(backend());
+  for (Tensor* x : {&kv, &k_pe, &key_a, &key_b, &value_a, &value_b, &cos, &sin})
+    x->upload(backend());
   Stream stream = make_stream();
   fused_mla_rope_kv_split(kv.device_view(), k_pe.device_view(), key_a.device_view(),
                           value_a.device_view(), cos.device_view(), sin.device_view(), 128, 128, 64,

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// docs/architecture.md rule 3 in action: a chunked body run in place with a layout change (which the
-// dispatcher never picks: it depends on thread order) gives seed-dependent results on the
-// host executor, while the bodies the dispatcher does pick (staged, whole slice) do not. The
-// launches run under the GPU model: the device code paths, barriers as phases.
+// docs/architecture.md rule 3 in action: a chunked body run in place with a layout change (which
+// the dispatcher never picks: it depends on thread order) gives seed-dependent results on the host
+// executor, while the bodies the dispatcher does pick (staged, whole slice) do not. The launches
+// run under the GPU model: the device code paths, barriers as phases.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -17,8 +17,9 @@ namespace mlarope::host {
 namespace {
 
 struct InPlaceCase {
-  std::vector<float> t = std::vector<float>(2 * 1 * 4 * 64);
-  std::vector<float> cos = std::vector<float>(8 * 64), sin = std::vector<float>(8 * 64);
+  std::vector<float> t = std::vector<float>(std::size_t{2} * 1 * 4 * 64);
+  std::vector<float> cos = std::vector<float>(std::size_t{8} * 64),
+                     sin = std::vector<float>(std::size_t{8} * 64);
 
   InPlaceCase() {
     for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<float>(i % 97) * 0.01f - 0.4f;
@@ -48,7 +49,8 @@ std::vector<float> run_with(detail::RopeVariant variant, std::uint64_t seed) {
   detail::RopeLaunch l = c.launch();
   l.variant = variant;
   detail::Footprint f;
-  f.add("t", contiguous_view<void>(c.t.data(), DType::f32, {2, 1, 4, 64}), detail::RegionUse::read_write);
+  f.add("t", contiguous_view<void>(c.t.data(), DType::f32, {2, 1, 4, 64}),
+        detail::RegionUse::read_write);
   f.add("cos", contiguous_view<void>(c.cos.data(), DType::f32, {8, 64}), detail::RegionUse::read);
   f.add("sin", contiguous_view<void>(c.sin.data(), DType::f32, {8, 64}), detail::RegionUse::read);
   kernels::gpu_model::Recorder recorder("rope", f);

@@ -2,9 +2,9 @@
 // Grids other than the launch builder's. The builder gives one block per row (or staged
 // round) up to a cap, and at most 128 threads, the number of the THD gate's checking slots; the
 // kernel bodies are written for any grid, so blocks past the work must do nothing, threads past
-// the slots must leave the gate to the others, and fewer blocks take several rounds each. Each launch runs under the GPU model (the
-// device paths, bounds and races checked) and must equal, bit for bit and status word included,
-// the same call made through the public entry point.
+// the slots must leave the gate to the others, and fewer blocks take several rounds each. Each
+// launch runs under the GPU model (the device paths, bounds and races checked) and must equal, bit
+// for bit and status word included, the same call made through the public entry point.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -112,13 +112,15 @@ TEST(OversizedGrid, RopeWithMoreBlocksThanRowsAndMoreThreadsThanGateSlots) {
       RopeData want(thd, 16), got(thd, 16);
       const auto shape = want.shape();
       Stream s = model_stream();
-      rope({f32_view<const void>(want.t.data(), shape),
-            f32_view<void>(want.out.data(), shape), want.args()}, s);
+      rope({f32_view<const void>(want.t.data(), shape), f32_view<void>(want.out.data(), shape),
+            want.args()},
+           s);
       s.synchronize();
       const RopeCall call{f32_view<const void>(got.t.data(), shape),
                           f32_view<void>(got.out.data(), shape), got.args()};
-      const detail::RopeLaunch l = detail::make_rope_launch(call.t, call.out, call.args, {false, false},
-                                                            detail::cuda_launch_profile());
+      const detail::RopeLaunch l =
+          detail::make_rope_launch(call.t, call.out, call.args, {false, false},
+                                   detail::cuda_launch_profile());
       ASSERT_EQ(l.variant, detail::RopeVariant::chunked_vector);
       run_with_grid(detail::footprint_of(call), l, oversized(l.grid, o));
       EXPECT_EQ(got.out, want.out);
@@ -136,8 +138,8 @@ TEST(OversizedGrid, StagedRopeWithMoreBlocksThanRoundsAndWithFewer) {
     rope_inplace({f32_view<void>(want.t.data(), shape), want.args()}, s);
     s.synchronize();
     const RopeInplaceCall call{f32_view<void>(got.t.data(), shape), got.args()};
-    const detail::RopeLaunch l =
-        detail::make_rope_launch(call.t, call.t, call.args, {true, false}, detail::cuda_launch_profile());
+    const detail::RopeLaunch l = detail::make_rope_launch(call.t, call.t, call.args, {true, false},
+                                                          detail::cuda_launch_profile());
     ASSERT_EQ(l.variant, detail::RopeVariant::staged_vector);
     ASSERT_EQ(l.grid.blocks, 12);
     run_with_grid(detail::footprint_of(call), l, {blocks, l.grid.threads});

@@ -24,7 +24,7 @@ using test_kernels::BlockSumFault;
 constexpr int kThreads = 64, kBlocks = 5;
 
 struct Data {
-  std::vector<float> in = std::vector<float>(kBlocks * kThreads);
+  std::vector<float> in = std::vector<float>(std::size_t{kBlocks} * kThreads);
   std::vector<float> out = std::vector<float>(kBlocks, -1.0f);
   Data() {
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 97);  // exact sums
@@ -32,13 +32,17 @@ struct Data {
   BlockSumArgs args() { return {in.data(), out.data()}; }
   float expected(int block) const {
     float sum = 0;
-    for (int t = 0; t < kThreads; ++t) sum += in[static_cast<std::size_t>(block * kThreads + t)];
+    for (int t = 0; t < kThreads; ++t)
+      sum += in[static_cast<std::size_t>(block) * kThreads + static_cast<std::size_t>(t)];
     return sum;
   }
   detail::Footprint footprint() {
     detail::Footprint f;
-    f.add("in", contiguous_view<const void>(in.data(), DType::f32, {kBlocks * kThreads}), detail::RegionUse::read);
-    f.add("out", contiguous_view<void>(out.data(), DType::f32, {kBlocks}), detail::RegionUse::write);
+    f.add("in",
+          contiguous_view<const void>(in.data(), DType::f32, {std::int64_t{kBlocks} * kThreads}),
+          detail::RegionUse::read);
+    f.add("out", contiguous_view<void>(out.data(), DType::f32, {kBlocks}),
+          detail::RegionUse::write);
     return f;
   }
 };
@@ -57,8 +61,10 @@ std::vector<std::string> modelled(Data& d, std::uint64_t seed = 3) {
 TEST(BlockPhases, EveryThreadFinishesAPhaseBeforeAnyStartsTheNext) {
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
     Data d;
-    host::launch_phased<BlockSum<kThreads>>(HostExecutor(seed, 2), GridShape{kBlocks, kThreads}, d.args());
-    for (int b = 0; b < kBlocks; ++b) EXPECT_EQ(d.out[static_cast<std::size_t>(b)], d.expected(b)) << "seed " << seed;
+    host::launch_phased<BlockSum<kThreads>>(HostExecutor(seed, 2), GridShape{kBlocks, kThreads},
+                                            d.args());
+    for (int b = 0; b < kBlocks; ++b)
+      EXPECT_EQ(d.out[static_cast<std::size_t>(b)], d.expected(b)) << "seed " << seed;
   }
 }
 
@@ -104,7 +110,8 @@ template <class Body>
 std::vector<std::string> neighbour_findings() {
   std::vector<float> data(kThreads);
   detail::Footprint f;
-  f.add("data", contiguous_view<void>(data.data(), DType::f32, {kThreads}), detail::RegionUse::read_write);
+  f.add("data", contiguous_view<void>(data.data(), DType::f32, {kThreads}),
+        detail::RegionUse::read_write);
   kernels::gpu_model::Recorder recorder("read_neighbour", f);
   const NeighbourArgs args{data.data()};
   kernels::gpu_model::run_recorded(recorder, HostExecutor(5, 1), [&](const HostExecutor& e) {

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The portability header's conversions against Eigen's (exact IEEE round to nearest even),
 // on every f16 / bf16 value and on floats around every rounding boundary.
-#include "kernels/portability.h"
-
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
@@ -11,11 +9,12 @@
 #include <random>
 #include <vector>
 
+#include "host_convert.h"
 #include "kernels/element_io.h"
 #include "kernels/host_simd.h"
+#include "kernels/portability.h"
 #include "kernels/segment_copy.h"
 #include "launch/footprint.h"
-#include "host_convert.h"
 
 namespace mlarope::kernels {
 namespace {
@@ -42,8 +41,8 @@ std::vector<std::uint32_t> boundary_floats(int dropped_bits) {
 
 TEST(Portability, HalfToFloatIsExactForEveryHalf) {
   for (std::uint32_t h = 0; h < 65536; ++h) {
-    const float expected = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(
-        static_cast<std::uint16_t>(h)));
+    const float expected =
+        static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(static_cast<std::uint16_t>(h)));
     const float got = half_to_float(static_cast<std::uint16_t>(h));
     if (std::isnan(expected)) EXPECT_TRUE(std::isnan(got)) << h;
     else EXPECT_EQ(float_bits(expected), float_bits(got)) << "half bits " << h;
@@ -119,7 +118,7 @@ TEST(Portability, QuotientIsExactOnBothSidesOfThe32BitPath) {
   EXPECT_EQ(quotient(12, big), 0);
   EXPECT_EQ(quotient(big * 3 + 1, big), 3);
   EXPECT_EQ(quotient(0xffffffffLL, 7), 0xffffffffLL / 7);  // the largest 32-bit operand
-  EXPECT_EQ(quotient(0x100000000LL, 2), 0x80000000LL);       // the smallest 64-bit one
+  EXPECT_EQ(quotient(0x100000000LL, 2), 0x80000000LL);     // the smallest 64-bit one
 }
 
 TEST(Portability, AtomicOrAccumulates) {
@@ -213,7 +212,7 @@ TEST(HostSimd, Bf16LoadsEqualTheElementConversion) {
     for (std::uint32_t j = 0; j < 8; ++j) x[j].bits = static_cast<std::uint16_t>(start + j);
     float u[4], v[4];
     host_simd::load_interleaved(x, u, v);
-    for (int j = 0; j < 4; ++j) {
+    for (std::size_t j = 0; j < 4; ++j) {
       ASSERT_EQ(float_bits(u[j]), float_bits(to_float(x[2 * j])));
       ASSERT_EQ(float_bits(v[j]), float_bits(to_float(x[2 * j + 1])));
     }
@@ -236,7 +235,7 @@ TEST(HostSimd, Bf16StoresEqualTheElementConversion) {
     BFloat16 inter[8], half[8];
     host_simd::store_interleaved(inter, u, v);
     host_simd::store_half(half, half + 4, u, v);
-    for (int j = 0; j < 4; ++j) {
+    for (std::size_t j = 0; j < 4; ++j) {
       ASSERT_EQ(inter[2 * j].bits, float_to_bf16(u[j])) << std::hex << bits[i + j];
       ASSERT_EQ(inter[2 * j + 1].bits, float_to_bf16(v[j])) << std::hex << bits[i + 4 + j];
       ASSERT_EQ(half[j].bits, float_to_bf16(u[j]));

@@ -23,7 +23,7 @@ class RopeBackendTest : public BackendTest {
 };
 
 // The four rope-family calls of one base case.
-std::vector<RopeCase> four_calls(RopeCase base) {
+std::vector<RopeCase> four_calls(const RopeCase& base) {
   std::vector<RopeCase> out;
   for (bool backward : {false, true})
     for (bool in_place : {false, true}) {
@@ -43,7 +43,7 @@ std::vector<RopeCase> with_all_calls(const std::vector<RopeCase>& bases) {
   return out;
 }
 
-CaseRows thd_rows(std::vector<std::int64_t> lengths, std::int64_t cp_size = 1,
+CaseRows thd_rows(const std::vector<std::int64_t>& lengths, std::int64_t cp_size = 1,
                   std::int64_t cp_rank = 0, FreqMode mode = FreqMode::per_sequence,
                   std::int64_t padding = 0) {
   CaseRows r;
@@ -120,12 +120,14 @@ TEST_P(RopeBackendTest, CallsWithoutAStatusWordEmptyCallsAndWideSlices) {
     gate.rows = thd_rows({5, 7});
     gate.rows.thd_rows = 9;
     gate.rows.table_rows = 0;  // the sequences need 12 rows: the gate closes
-    gate.name = std::string("THD cu_seqlens past the rows") + (status_word ? "" : ", no status word");
+    gate.name =
+        std::string("THD cu_seqlens past the rows") + (status_word ? "" : ", no status word");
     bases.push_back(gate);
     RopeCase decreasing = gate;  // a sequence of length -2: the per-sequence rules fail
     decreasing.rows.cu_seqlens = {0, 5, 3};
     decreasing.rows.thd_rows = 6;
-    decreasing.name = std::string("THD decreasing cu_seqlens") + (status_word ? "" : ", no status word");
+    decreasing.name =
+        std::string("THD decreasing cu_seqlens") + (status_word ? "" : ", no status word");
     bases.push_back(decreasing);
     RopeCase staged;  // f32, emb 512: 128 chunks a slice, 4 slices a round, 2 rounds a row
     staged.dtype = DType::f32;
@@ -155,16 +157,17 @@ TEST_P(RopeBackendTest, CallsWithoutAStatusWordEmptyCallsAndWideSlices) {
   const std::vector<RopeCase> cases = with_all_calls(bases);
   for (const RopeCase& c : cases) EXPECT_TRUE(check_rope_case(c, backend(), 1));
   if (backend() == BackendKind::host) {
-    for (const RopeCase& c : cases) EXPECT_TRUE(check_rope_case(c, backend(), 1, nullptr, true)) << "GPU model";
+    for (const RopeCase& c : cases)
+      EXPECT_TRUE(check_rope_case(c, backend(), 1, nullptr, true)) << "GPU model";
   }
 }
 
 TEST_P(RopeBackendTest, MegatronModesInEveryDtypeWithRealisticDims) {
-  const std::vector<LayoutTriple> modes = {{PairLayout::interleaved, PairLayout::half, PairLayout::half},
-                                           {PairLayout::interleaved, PairLayout::interleaved, PairLayout::half},
-                                           {PairLayout::half, PairLayout::half, PairLayout::half},
-                                           {PairLayout::interleaved, PairLayout::interleaved,
-                                            PairLayout::interleaved}};
+  const std::vector<LayoutTriple> modes = {
+      {PairLayout::interleaved, PairLayout::half, PairLayout::half},
+      {PairLayout::interleaved, PairLayout::interleaved, PairLayout::half},
+      {PairLayout::half, PairLayout::half, PairLayout::half},
+      {PairLayout::interleaved, PairLayout::interleaved, PairLayout::interleaved}};
   std::vector<RopeCase> bases;
   for (DType dtype : {DType::f32, DType::f16, DType::bf16})
     for (const LayoutTriple& t : modes) {

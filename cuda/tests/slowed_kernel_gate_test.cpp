@@ -71,7 +71,8 @@ Buffers make_buffers() {
   b.sin.resize(kS * kEmb);
   for (std::int64_t s = 0; s < kS; ++s)
     for (std::int64_t i = 0; i < kEmb; ++i) {
-      const double angle = static_cast<double>(s) * std::pow(10000.0, -2.0 * (i % (kEmb / 2)) / kEmb);
+      const double angle =
+          static_cast<double>(s) * std::pow(10000.0, -2.0 * (i % (kEmb / 2)) / kEmb);
       b.cos[s * kEmb + i] = static_cast<float>(std::cos(angle));
       b.sin[s * kEmb + i] = static_cast<float>(std::sin(angle));
     }
@@ -101,10 +102,8 @@ class Bench {
       : b_(make_buffers()),
         // One executor worker: a launch spread over both cores of a small machine is at the
         // mercy of whatever else runs on either (ctest -j2).
-        normal_(KernelFault::none, 0, 1),
-        slow_(KernelFault::slow, 0, 1),
-        base_call_(rope_call(b_, b_.out_base)),
-        again_call_(rope_call(b_, b_.out_again)),
+        normal_(KernelFault::none, 0, 1), slow_(KernelFault::slow, 0, 1),
+        base_call_(rope_call(b_, b_.out_base)), again_call_(rope_call(b_, b_.out_again)),
         slow_call_(rope_call(b_, b_.out_slow)) {
     for (int i = 0; i < 2; ++i) run_all();  // warm up: first touch of the outputs
   }
@@ -115,7 +114,8 @@ class Bench {
   Series measure() {
     Series s;
     std::vector<double>* target[3] = {&s.base, &s.again, &s.slowed};
-    const std::function<void()> call[3] = {[&] { normal_.rope(base_call_); }, [&] { normal_.rope(again_call_); },
+    const std::function<void()> call[3] = {[&] { normal_.rope(base_call_); },
+                                           [&] { normal_.rope(again_call_); },
                                            [&] { slow_.rope(slow_call_); }};
     int order[3] = {0, 1, 2};
     for (int round = 0; round < kRounds; ++round) {
@@ -124,7 +124,8 @@ class Bench {
         std::fill(b_.flush.begin(), b_.flush.end(), static_cast<char>(round + k));
         const auto start = std::chrono::steady_clock::now();
         for (int c = 0; c < kCalls; ++c) call[k]();
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         target[k]->push_back(kBytes * kCalls / seconds);
       }
     }
@@ -158,24 +159,30 @@ Trial run_trial(Bench& bench) {
   t.slowdown = reports::median(first.base) / reports::median(first.slowed);
   t.unchanged = reports::compare(key(first.base), key(first.again), {});
   t.slowed = reports::compare(key(first.base), key(first.slowed), {});
-  if (t.unchanged.overall() == reports::Verdict::slower || t.slowed.overall() == reports::Verdict::slower) {
+  if (t.unchanged.overall() == reports::Verdict::slower ||
+      t.slowed.overall() == reports::Verdict::slower) {
     const Series again = bench.measure();  // the second look of the gate
     if (t.unchanged.overall() == reports::Verdict::slower)
-      t.unchanged = reports::confirm(t.unchanged, reports::compare(key(again.base), key(again.again), {}));
+      t.unchanged =
+          reports::confirm(t.unchanged, reports::compare(key(again.base), key(again.again), {}));
     if (t.slowed.overall() == reports::Verdict::slower)
-      t.slowed = reports::confirm(t.slowed, reports::compare(key(again.base), key(again.slowed), {}));
+      t.slowed =
+          reports::confirm(t.slowed, reports::compare(key(again.base), key(again.slowed), {}));
   }
   return t;
 }
 
 bool passes(const reports::Comparison& c) { return c.overall() == reports::Verdict::same; }
-bool caught(const reports::Comparison& c) { return c.overall() == reports::Verdict::slower && c.keys[0].confirmed; }
+bool caught(const reports::Comparison& c) {
+  return c.overall() == reports::Verdict::slower && c.keys[0].confirmed;
+}
 
 std::string line(const reports::Comparison& c) {
   const reports::KeyComparison& k = c.keys.at(0);
   char buf[200];
-  std::snprintf(buf, sizeof buf, "%s%s (change %+.1f%% [%+.1f%%, %+.1f%%], p slower %.2g)", to_string(k.verdict),
-                k.confirmed ? " repeated" : "", 100 * k.change_estimate.estimate, 100 * k.change_estimate.lower,
+  std::snprintf(buf, sizeof buf, "%s%s (change %+.1f%% [%+.1f%%, %+.1f%%], p slower %.2g)",
+                to_string(k.verdict), k.confirmed ? " repeated" : "",
+                100 * k.change_estimate.estimate, 100 * k.change_estimate.lower,
                 100 * k.change_estimate.upper, k.p_slower);
   return buf;
 }
@@ -191,11 +198,11 @@ TEST(SlowedKernelGate, CatchesAKernelSlowedBy15PercentAndPassesTheUnchangedOne) 
       const Trial t = run_trial(bench);
       detected += caught(t.slowed);
       passed += passes(t.unchanged);
-      std::cout << "trial " << i << ": slowdown x" << t.slowdown << "; slowed " << line(t.slowed) << "; unchanged "
-                << line(t.unchanged) << "\n";
+      std::cout << "trial " << i << ": slowdown x" << t.slowdown << "; slowed " << line(t.slowed)
+                << "; unchanged " << line(t.unchanged) << "\n";
     }
-    std::cout << "slowed kernel caught in " << detected << " of " << trials << " trials; unchanged kernel passed in "
-              << passed << " of " << trials << "\n";
+    std::cout << "slowed kernel caught in " << detected << " of " << trials
+              << " trials; unchanged kernel passed in " << passed << " of " << trials << "\n";
     EXPECT_GE(10 * detected, 9 * trials);
     EXPECT_GE(10 * passed, 9 * trials);
     return;
@@ -203,12 +210,13 @@ TEST(SlowedKernelGate, CatchesAKernelSlowedBy15PercentAndPassesTheUnchangedOne) 
   Trial t;
   for (int attempt = 1; attempt <= kAttempts; ++attempt) {
     t = run_trial(bench);
-    std::cout << "attempt " << attempt << ": slowdown x" << t.slowdown << "; slowed " << line(t.slowed)
-              << "; unchanged " << line(t.unchanged) << "\n";
+    std::cout << "attempt " << attempt << ": slowdown x" << t.slowdown << "; slowed "
+              << line(t.slowed) << "; unchanged " << line(t.unchanged) << "\n";
     if (caught(t.slowed) && passes(t.unchanged)) break;
   }
   EXPECT_TRUE(caught(t.slowed)) << "the slowed kernel passed the gate " << kAttempts << " times";
-  EXPECT_TRUE(passes(t.unchanged)) << "the unchanged kernel failed the gate " << kAttempts << " times";
+  EXPECT_TRUE(passes(t.unchanged))
+      << "the unchanged kernel failed the gate " << kAttempts << " times";
 }
 
 }  // namespace

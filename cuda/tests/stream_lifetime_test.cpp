@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "device/cuda_backend.h"
-#include "testing/backend_cases.h"
 #include "mlarope/error.h"
+#include "testing/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

@@ -29,8 +29,8 @@ struct ThdResult {
 };
 
 // Out-of-place rope, f32, THD [rows, kHeads, kWidth], packed table of `rows` rows.
-ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offset, std::int64_t rows,
-                      bool gpu_model, std::int64_t cp_size = 1);
+ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offset,
+                      std::int64_t rows, bool gpu_model, std::int64_t cp_size = 1);
 
 ThdResult run_rope(const std::vector<std::int32_t>& cu_seqlens, std::int64_t rows,
                    std::int64_t cp_size, bool gpu_model) {
@@ -38,8 +38,8 @@ ThdResult run_rope(const std::vector<std::int32_t>& cu_seqlens, std::int64_t row
 }
 
 // The same, cu_seqlens being storage[offset:] (an address 4 x offset bytes past storage's).
-ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offset, std::int64_t rows,
-                      bool gpu_model, std::int64_t cp_size) {
+ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offset,
+                      std::int64_t rows, bool gpu_model, std::int64_t cp_size) {
   std::vector<float> t(static_cast<std::size_t>(rows * kHeads * kWidth));
   for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.25f + static_cast<float>(i % 89) * 0.01f;
   std::vector<float> cos(static_cast<std::size_t>(rows * cp_size * kEmb), 0.6f);
@@ -76,14 +76,18 @@ std::int64_t rows_passed_through(const ThdResult& r, std::int64_t rows) {
   const float* in = r.out.data() + rows * kHeads * kWidth;
   std::int64_t n = 0;
   for (std::int64_t row = 0; row < rows; ++row)
-    n += std::memcmp(out + row * row_floats, in + row * row_floats, row_floats * sizeof(float)) == 0 ? 1 : 0;
+    // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bit for bit is meant (NaN payloads)
+    n += std::memcmp(out + row * row_floats, in + row * row_floats, row_floats * sizeof(float)) == 0
+             ? 1
+             : 0;
   return n;
 }
 
 // N sequences of `length` global rows each.
 std::vector<std::int32_t> uniform_cu_seqlens(std::int64_t n, std::int32_t length) {
   std::vector<std::int32_t> cu(static_cast<std::size_t>(n + 1));
-  for (std::int64_t i = 0; i <= n; ++i) cu[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i) * length;
+  for (std::int64_t i = 0; i <= n; ++i)
+    cu[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i) * length;
   return cu;
 }
 
@@ -103,7 +107,8 @@ TEST(ThdGate, AValidCallRotatesEveryRowInOneLaunch) {
 }
 
 TEST(ThdGate, ADecreasingSequenceAnywherePassesEveryRowThrough) {
-  for (std::int64_t bad : std::vector<std::int64_t>{0, 1, 127, 128, 200, 255, 256, kSequences - 1}) {
+  for (std::int64_t bad :
+       std::vector<std::int64_t>{0, 1, 127, 128, 200, 255, 256, kSequences - 1}) {
     std::vector<std::int32_t> cu = uniform_cu_seqlens(kSequences, 1);
     cu[static_cast<std::size_t>(bad + 1)] = cu[static_cast<std::size_t>(bad)] - 1;  // length -1
     if (bad + 1 == kSequences) cu.back() = cu[static_cast<std::size_t>(bad)] - 1;
@@ -121,8 +126,9 @@ TEST(ThdGate, ADecreasingSequenceAnywherePassesEveryRowThrough) {
 
 TEST(ThdGate, ALengthNotDivisibleByTwiceCpSizeAnywherePassesEveryRowThrough) {
   for (std::int64_t bad : std::vector<std::int64_t>{0, 129, kSequences - 2}) {
-    std::vector<std::int32_t> cu = uniform_cu_seqlens(kSequences, 4);  // cp_size 2: 2 local rows each
-    cu[static_cast<std::size_t>(bad + 1)] += 2;                          // lengths 6 and 2
+    std::vector<std::int32_t> cu =
+        uniform_cu_seqlens(kSequences, 4);       // cp_size 2: 2 local rows each
+    cu[static_cast<std::size_t>(bad + 1)] += 2;  // lengths 6 and 2
     for (bool model : {false, true}) {
       SCOPED_TRACE("bad sequence " + std::to_string(bad) + (model ? ", GPU model" : ", fast mode"));
       const ThdResult r = run_rope(cu, 2 * kSequences, 2, model);
@@ -189,8 +195,8 @@ TEST(ThdGate, ABadSequenceInTheHeadGroupsOrTailOfTheVectorReadsIsSeen) {
         const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
         storage.insert(storage.end(), cu.begin(), cu.end());
         storage[offset + static_cast<std::size_t>(bad) + 1] -= 2;  // sequence `bad` has length -1
-        SCOPED_TRACE(std::to_string(n) + " sequences, offset " + std::to_string(offset) + ", bad sequence " +
-                     std::to_string(bad));
+        SCOPED_TRACE(std::to_string(n) + " sequences, offset " + std::to_string(offset) +
+                     ", bad sequence " + std::to_string(bad));
         const ThdResult r = run_rope_at(storage, offset, n, true);
         EXPECT_EQ(r.status, kStatusBadCuSeqlens);
         EXPECT_EQ(rows_passed_through(r, n), n);

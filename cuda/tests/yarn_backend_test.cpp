@@ -6,9 +6,9 @@
 #include <cmath>
 #include <vector>
 
-#include "testing/backend_cases.h"
 #include "host_convert.h"
 #include "reference.h"
+#include "testing/backend_cases.h"
 
 namespace mlarope::test {
 namespace {
@@ -31,7 +31,9 @@ std::vector<YarnCase> yarn_cases() {
   YarnParams overridden = deepseek;
   overridden.concentration_override = 0.5;
   overridden.rotary_base = 50000;
-  return {{"plain rope", plain, 0}, {"deepseek yarn", deepseek, 0}, {"offset", deepseek, 1000},
+  return {{"plain rope", plain, 0},
+          {"deepseek yarn", deepseek, 0},
+          {"offset", deepseek, 1000},
           {"override", overridden, 7}};
 }
 
@@ -41,7 +43,9 @@ std::int64_t mismatches(const Tensor& a, const Tensor& b) {
   a.for_each_index([&](const std::vector<std::int64_t>& i) {
     const double x = a.get(i), y = b.get(i);
     const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(y), 1e-30)) -
-                                           (a.dtype() == DType::f32 ? 23 : a.dtype() == DType::f16 ? 10 : 7));
+                                           (a.dtype() == DType::f32   ? 23
+                                            : a.dtype() == DType::f16 ? 10
+                                                                      : 7));
     if (!(std::fabs(x - y) <= ulp)) ++count;
   });
   return count;
@@ -56,7 +60,8 @@ TEST_P(YarnBackendTest, TablesMatchTheReference) {
           const std::vector<std::int64_t> shape = strided ? std::vector<std::int64_t>{rows, 1, 1, d}
                                                           : std::vector<std::int64_t>{rows, d};
           const std::vector<std::int64_t> strides =
-              strided ? std::vector<std::int64_t>{d + 5, d + 5, d + 5, 1} : std::vector<std::int64_t>{};
+              strided ? std::vector<std::int64_t>{d + 5, d + 5, d + 5, 1}
+                      : std::vector<std::int64_t>{};
           Tensor cos(dtype, shape, strides), sin(dtype, shape, strides);
           Tensor ref_cos(dtype, shape, strides), ref_sin(dtype, shape, strides);
           cos.upload(backend());
@@ -67,7 +72,8 @@ TEST_P(YarnBackendTest, TablesMatchTheReference) {
           stream.synchronize();
           cos.download();
           sin.download();
-          reference::yarn_tables({yc.params, yc.offset, layout, ref_cos.host_view(), ref_sin.host_view()});
+          reference::yarn_tables(
+              {yc.params, yc.offset, layout, ref_cos.host_view(), ref_sin.host_view()});
           EXPECT_EQ(mismatches(cos, ref_cos) + mismatches(sin, ref_sin), 0)
               << yc.name << " " << to_string(dtype) << " " << to_string(layout);
           // Gaps between strided rows are not written.

@@ -18,8 +18,10 @@ int main() {
   call.args.nope_dim = 1;
   call.args.emb_dim = 2;
   call.args.rotation.in_layout = call.args.rotation.out_layout = mlarope::PairLayout::half;
-  call.args.rotation.cos = mlarope::contiguous_view<const void>(cos.data(), mlarope::DType::f32, {1, 2});
-  call.args.rotation.sin = mlarope::contiguous_view<const void>(sin.data(), mlarope::DType::f32, {1, 2});
+  call.args.rotation.cos =
+      mlarope::contiguous_view<const void>(cos.data(), mlarope::DType::f32, {1, 2});
+  call.args.rotation.sin =
+      mlarope::contiguous_view<const void>(sin.data(), mlarope::DType::f32, {1, 2});
   mlarope::Stream stream = mlarope::Stream::host();
   mlarope::rope(call, stream);
   stream.synchronize();

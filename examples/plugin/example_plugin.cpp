@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // An example kernel plugin (include/mlarope/plugin.h): this repository's own host kernels
-// behind the C ABI, so that `mlarope fuzz --backend plugin:build/examples/libmlarope_example_plugin.so`
-// checks them through the ABI alone. Other builds of this file show the harness's other
-// answers (examples/CMakeLists.txt):
+// behind the C ABI, so that `mlarope fuzz --backend
+// plugin:build/examples/libmlarope_example_plugin.so` checks them through the ABI alone. Other
+// builds of this file show the harness's other answers (examples/CMakeLists.txt):
 //   MLAROPE_EXAMPLE_DECLINE_THD_INVERSE  declines THD calls with inverse: not supported, counted;
 //   MLAROPE_EXAMPLE_DROP_INVERSE         claims every call and ignores inverse: a failure;
 //   MLAROPE_EXAMPLE_ABI_VERSION=N        speaks another ABI version: refused when loaded;
@@ -38,7 +38,8 @@ BasicTensorView<Void> view_of(const mlarope_tensor& t) {
   v.data = static_cast<Void*>(t.data);
   v.dtype = dtype_of(t.dtype);
   v.rank = t.rank;
-  for (int i = 0; i < t.rank && i < kMaxRank; ++i) v.shape[i] = t.shape[i], v.strides[i] = t.strides[i];
+  for (int i = 0; i < t.rank && i < kMaxRank; ++i)
+    v.shape[i] = t.shape[i], v.strides[i] = t.strides[i];
   return v;
 }
 
@@ -46,7 +47,9 @@ IndexView index_of(const mlarope_index_array& a) {
   return {a.data, a.type == MLAROPE_INDEX_I64 ? IndexType::i64 : IndexType::i32, a.size};
 }
 
-PairLayout pairs_of(int32_t l) { return l == MLAROPE_PAIRS_HALF ? PairLayout::half : PairLayout::interleaved; }
+PairLayout pairs_of(int32_t l) {
+  return l == MLAROPE_PAIRS_HALF ? PairLayout::half : PairLayout::interleaved;
+}
 
 Rotation rotation_of(const mlarope_call& c) {
   Rotation r;
@@ -142,14 +145,16 @@ KvSplitArgs kv_args(const mlarope_call& c) {
 int kv_split_entry(const mlarope_call* c) {
   return guarded([&](Stream& s) {
     kv_split({view_of<const void>(c->inputs[0]), view_of<const void>(c->inputs[1]),
-              view_of<void>(c->outputs[0]), view_of<void>(c->outputs[1]), kv_args(*c)}, s);
+              view_of<void>(c->outputs[0]), view_of<void>(c->outputs[1]), kv_args(*c)},
+             s);
   });
 }
 
 int kv_split_backward_entry(const mlarope_call* c) {
   return guarded([&](Stream& s) {
     kv_split_backward({view_of<const void>(c->inputs[0]), view_of<const void>(c->inputs[1]),
-                       view_of<void>(c->outputs[0]), view_of<void>(c->outputs[1]), kv_args(*c)}, s);
+                       view_of<void>(c->outputs[0]), view_of<void>(c->outputs[1]), kv_args(*c)},
+                      s);
   });
 }
 
@@ -173,9 +178,16 @@ constexpr int32_t kMemory = MLAROPE_MEMORY_CUDA;
 constexpr int32_t kMemory = MLAROPE_MEMORY_HOST;
 #endif
 
-const mlarope_plugin kPlugin = {sizeof(mlarope_plugin), MLAROPE_EXAMPLE_ABI_VERSION, MLAROPE_EXAMPLE_NAME,
-                                kMemory, 0, &supports, &rope_entry, &kv_split_entry,
-                                &kv_split_backward_entry, &last_error};
+const mlarope_plugin kPlugin = {sizeof(mlarope_plugin),
+                                MLAROPE_EXAMPLE_ABI_VERSION,
+                                MLAROPE_EXAMPLE_NAME,
+                                kMemory,
+                                0,
+                                &supports,
+                                &rope_entry,
+                                &kv_split_entry,
+                                &kv_split_backward_entry,
+                                &last_error};
 
 }  // namespace
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The bad input suite (docs/semantics.md §5) on every backend: each host-known validity rule, for every op,
-// gives an mlarope::Error naming the argument and leaves every byte of memory (inputs, outputs,
-// gaps, guards, status word) untouched; zero-size calls are no-ops; and garbage device metadata
-// (cu_seqlens, position_ids, seq_offsets) raises the status bits of check_device_metadata, passes
-// the right rows through, and writes nothing but the outputs (every backend's whole memory must
-// equal the reference's byte for byte: the data is chosen so that every result is exact).
+// The bad input suite (docs/semantics.md §5) on every backend: each host-known validity rule, for
+// every op, gives an mlarope::Error naming the argument and leaves every byte of memory (inputs,
+// outputs, gaps, guards, status word) untouched; zero-size calls are no-ops; and garbage device
+// metadata (cu_seqlens, position_ids, seq_offsets) raises the status bits of check_device_metadata,
+// passes the right rows through, and writes nothing but the outputs (every backend's whole memory
+// must equal the reference's byte for byte: the data is chosen so that every result is exact).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,8 +38,7 @@ constexpr std::int64_t kI64Min = std::numeric_limits<std::int64_t>::min();
 class DeviceArena {
  public:
   explicit DeviceArena(Arena& arena)
-      : arena_(arena),
-        placement_(place_copy(arena.base(), arena.size())),
+      : arena_(arena), placement_(place_copy(arena.base(), arena.size())),
         buffer_(BackendKind::cuda, placement_.buffer_bytes) {
     buffer_.copy_from_host(arena.base(), arena.size(), placement_.offset);
   }
@@ -47,8 +46,9 @@ class DeviceArena {
   P* move(P* p) const {
     const auto* c = reinterpret_cast<const unsigned char*>(p);
     if (c < arena_.base() || c >= arena_.base() + arena_.size()) return p;
-    return reinterpret_cast<P*>(const_cast<unsigned char*>(
-        static_cast<const unsigned char*>(buffer_.data()) + placement_.offset + (c - arena_.base())));
+    return reinterpret_cast<P*>(
+        const_cast<unsigned char*>(static_cast<const unsigned char*>(buffer_.data()) +
+                                   placement_.offset + (c - arena_.base())));
   }
   template <class Void>
   BasicTensorView<Void> move(BasicTensorView<Void> v) const {
@@ -91,16 +91,21 @@ class Runner {
     DeviceArena d(b.arena);
     // Copy back whether the call returns or throws: a rejected call must not have written
     // device memory either.
-    run_then_finish([&] { run_on_device(d, b); }, [&] {
-      stream_->synchronize();
-      d.copy_back();
-    });
+    run_then_finish([&] { run_on_device(d, b); },
+                    [&] {
+                      stream_->synchronize();
+                      d.copy_back();
+                    });
   }
 
   void run_on_device(const DeviceArena& d, Built& b) const {
     switch (b.spec.op) {
-      case EntryPoint::rope: mlarope::rope({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_); break;
-      case EntryPoint::rope_inplace: mlarope::rope_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_); break;
+      case EntryPoint::rope:
+        mlarope::rope({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_);
+        break;
+      case EntryPoint::rope_inplace:
+        mlarope::rope_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_);
+        break;
       case EntryPoint::rope_backward:
         mlarope::rope_backward({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_);
         break;
@@ -108,12 +113,14 @@ class Runner {
         mlarope::rope_backward_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_);
         break;
       case EntryPoint::kv_split:
-        mlarope::kv_split({d.move(b.in0), d.move(b.in1), d.move(b.out0), d.move(b.out1), d.move_args(b.kv_args)},
+        mlarope::kv_split({d.move(b.in0), d.move(b.in1), d.move(b.out0), d.move(b.out1),
+                           d.move_args(b.kv_args)},
                           *stream_);
         break;
       case EntryPoint::kv_split_backward:
-        mlarope::kv_split_backward(
-            {d.move(b.in0), d.move(b.in1), d.move(b.out0), d.move(b.out1), d.move_args(b.kv_args)}, *stream_);
+        mlarope::kv_split_backward({d.move(b.in0), d.move(b.in1), d.move(b.out0), d.move(b.out1),
+                                    d.move_args(b.kv_args)},
+                                   *stream_);
         break;
     }
   }
@@ -130,10 +137,11 @@ class Runner {
     DeviceArena d(arena);
     call.cos = d.move(call.cos);
     call.sin = d.move(call.sin);
-    run_then_finish([&] { mlarope::yarn_tables(call, *stream_); }, [&] {
-      stream_->synchronize();
-      d.copy_back();
-    });
+    run_then_finish([&] { mlarope::yarn_tables(call, *stream_); },
+                    [&] {
+                      stream_->synchronize();
+                      d.copy_back();
+                    });
   }
 
  private:
@@ -161,7 +169,8 @@ class GarbageMetadata : public BackendTest {};
 const char* layout_name(TokenLayout l) { return l == TokenLayout::sbhd ? "sbhd" : "thd"; }
 
 std::string trace(const Spec& s) {
-  return std::string(entry_point_name(s.op)) + " " + layout_name(s.layout) + " seed " + std::to_string(s.seed);
+  return std::string(entry_point_name(s.op)) + " " + layout_name(s.layout) + " seed " +
+         std::to_string(s.seed);
 }
 
 // --- Rejections --------------------------------------------------------------------------------
@@ -192,8 +201,9 @@ const std::vector<TokenLayout> kBothLayouts = {TokenLayout::sbhd, TokenLayout::t
 
 // For every op and layout: build the spec (edited), break the call (edited), expect rejection.
 // Returns how many calls were checked.
-int check_rule(const Runner& runner, const std::vector<TokenLayout>& layouts, const SpecEdit& edit_spec,
-               const CallEdit& edit_call, const std::vector<EntryPoint>& ops = all_entry_points()) {
+int check_rule(const Runner& runner, const std::vector<TokenLayout>& layouts,
+               const SpecEdit& edit_spec, const CallEdit& edit_call,
+               const std::vector<EntryPoint>& ops = all_entry_points()) {
   int checked = 0;
   for (EntryPoint op : ops)
     for (TokenLayout layout : layouts) {
@@ -203,7 +213,8 @@ int check_rule(const Runner& runner, const std::vector<TokenLayout>& layouts, co
       if (edit_spec) edit_spec(s);
       Built b;
       build(b, s);
-      const std::vector<std::string> needles = edit_call ? edit_call(b) : std::vector<std::string>{};
+      const std::vector<std::string> needles =
+          edit_call ? edit_call(b) : std::vector<std::string>{};
       if (edit_call && needles.empty()) continue;
       SCOPED_TRACE(trace(s));
       expect_rejected(runner, b, needles);
@@ -213,7 +224,8 @@ int check_rule(const Runner& runner, const std::vector<TokenLayout>& layouts, co
 }
 
 // Several variants of one rule: each edit applies to one named view of the call.
-int check_view_rule(const Runner& runner, const std::vector<TokenLayout>& layouts, const SpecEdit& edit_spec,
+int check_view_rule(const Runner& runner, const std::vector<TokenLayout>& layouts,
+                    const SpecEdit& edit_spec,
                     const std::function<std::vector<std::string>(Built&, Built::Named&)>& edit_view,
                     bool include_tables) {
   int checked = 0;
@@ -259,14 +271,16 @@ DeviceStatus expect_matches_reference(const Runner& runner, Built& b) {
     return b.status_word();
   }
   const std::vector<unsigned char> expected = b.arena.snapshot();
-  EXPECT_TRUE(b.arena.same_bytes(expected, initial, &mask)) << "the reference wrote outside the outputs";
+  EXPECT_TRUE(b.arena.same_bytes(expected, initial, &mask))
+      << "the reference wrote outside the outputs";
   b.arena.restore(initial);
   try {
     runner.run(b);
   } catch (const std::exception& e) {
     ADD_FAILURE() << runner.name() << " rejected a valid call: " << e.what();
   }
-  EXPECT_TRUE(b.arena.same_bytes(b.arena.snapshot(), expected)) << runner.name() << " differs from the reference";
+  EXPECT_TRUE(b.arena.same_bytes(b.arena.snapshot(), expected))
+      << runner.name() << " differs from the reference";
   return b.status_word();
 }
 
@@ -294,7 +308,9 @@ TEST_P(BadInput, TheBaseCallsAreValidAndMatchTheReference) {
 TEST_P(BadInput, EmbDimOddOrZero) {
   for (std::int64_t emb : {3, 0, 1}) {
     SCOPED_TRACE(emb);
-    EXPECT_EQ(check_rule(runner(), kBothLayouts, [&](Spec& s) { s.emb = emb; }, nullptr), 12);
+    EXPECT_EQ(check_rule(
+                  runner(), kBothLayouts, [&](Spec& s) { s.emb = emb; }, nullptr),
+              12);
   }
   // A negative emb_dim in the args (the shapes cannot follow it).
   check_rule(runner(), kBothLayouts, nullptr, [](Built& b) -> std::vector<std::string> {
@@ -305,14 +321,23 @@ TEST_P(BadInput, EmbDimOddOrZero) {
 
 // nope_dim, k_dim, v_dim >= 0 (the shapes follow the dims: width nope + emb and so on).
 TEST_P(BadInput, NegativeDims) {
-  const std::vector<EntryPoint> rope_ops = {EntryPoint::rope, EntryPoint::rope_inplace, EntryPoint::rope_backward, EntryPoint::rope_backward_inplace};
+  const std::vector<EntryPoint> rope_ops = {EntryPoint::rope, EntryPoint::rope_inplace,
+                                            EntryPoint::rope_backward,
+                                            EntryPoint::rope_backward_inplace};
   const std::vector<EntryPoint> kv_ops = {EntryPoint::kv_split, EntryPoint::kv_split_backward};
   auto needs = [](const std::string& needle) {
     return [needle](Built&) { return std::vector<std::string>{needle}; };
   };
-  EXPECT_EQ(check_rule(runner(), kBothLayouts, [](Spec& s) { s.nope = -1; }, needs("nope_dim = -1"), rope_ops), 8);
-  EXPECT_EQ(check_rule(runner(), kBothLayouts, [](Spec& s) { s.k = -1; }, needs("k_dim = -1"), kv_ops), 4);
-  EXPECT_EQ(check_rule(runner(), kBothLayouts, [](Spec& s) { s.v = -2; }, needs("v_dim = -2"), kv_ops), 4);
+  EXPECT_EQ(check_rule(
+                runner(), kBothLayouts, [](Spec& s) { s.nope = -1; }, needs("nope_dim = -1"),
+                rope_ops),
+            8);
+  EXPECT_EQ(check_rule(
+                runner(), kBothLayouts, [](Spec& s) { s.k = -1; }, needs("k_dim = -1"), kv_ops),
+            4);
+  EXPECT_EQ(check_rule(
+                runner(), kBothLayouts, [](Spec& s) { s.v = -2; }, needs("v_dim = -2"), kv_ops),
+            4);
 }
 
 // Last dim equals nope + emb (k + v for kv, k + emb for key, v for value, emb for k_pe).
@@ -373,7 +398,7 @@ std::vector<std::pair<std::string, const void*>> input_targets(Built& b) {
 SpecEdit with_metadata_arrays() {
   return [](Spec& s) {
     s.has_seq_offsets = true;
-    s.seq_offsets = s.layout == TokenLayout::sbhd ? std::vector<std::int64_t>{0, 0} : std::vector<std::int64_t>{0, 0};
+    s.seq_offsets = {0, 0};  // one per sequence: B = 2 in SBHD, two in cu in THD
     if (s.layout == TokenLayout::thd) {
       s.has_position_ids = true;
       s.position_ids = {0, 1, 0, 1, 2, 3};
@@ -421,7 +446,8 @@ TEST_P(BadInput, OutputOverlapsAnInput) {
             } else {
               out.set_data(target.second);
             }
-            SCOPED_TRACE(trace(s) + " " + out.name + (partial ? " ends on " : " on ") + target.first);
+            SCOPED_TRACE(trace(s) + " " + out.name + (partial ? " ends on " : " on ") +
+                         target.first);
             expect_rejected(runner(), b, {out.name + ": memory overlaps " + target.first});
             ++checked;
           }
@@ -476,8 +502,9 @@ TEST_P(BadInput, ContextParallelSizeAndRank) {
     std::int64_t size, rank;
     const char* needle;
   };
-  for (const Cp& cp : {Cp{0, 0, "cp_size = 0"}, Cp{-1, 0, "cp_size = -1"}, Cp{2, 2, "cp_rank = 2"},
-                       Cp{1, 1, "cp_rank = 1"}, Cp{2, -1, "cp_rank = -1"}, Cp{1, -1, "cp_rank = -1"}}) {
+  for (const Cp& cp :
+       {Cp{0, 0, "cp_size = 0"}, Cp{-1, 0, "cp_size = -1"}, Cp{2, 2, "cp_rank = 2"},
+        Cp{1, 1, "cp_rank = 1"}, Cp{2, -1, "cp_rank = -1"}, Cp{1, -1, "cp_rank = -1"}}) {
     SCOPED_TRACE(cp.needle);
     EXPECT_EQ(check_rule(
                   runner(), kBothLayouts,
@@ -518,24 +545,29 @@ TEST_P(BadInput, SbhdOddSequenceWithContextParallelism) {
 // THD per_sequence: max_seqlen rows.
 TEST_P(BadInput, TableTooShort) {
   auto cos_sin = [](Built&) { return std::vector<std::string>{"cos/sin"}; };
-  check_rule(runner(), {TokenLayout::sbhd}, [](Spec& s) { s.table_rows = 3; }, cos_sin);
+  check_rule(
+      runner(), {TokenLayout::sbhd}, [](Spec& s) { s.table_rows = 3; }, cos_sin);
   // CP rank 0 of 2 with S = 4 uses rows up to 7; rank 1 uses rows 2..5.
-  check_rule(runner(), {TokenLayout::sbhd},
-             [](Spec& s) {
-               s.cp_size = 2;
-               s.table_rows = 7;
-             },
-             cos_sin);
-  check_rule(runner(), {TokenLayout::sbhd},
-             [](Spec& s) {
-               s.cp_size = 2;
-               s.cp_rank = 1;
-               s.table_rows = 5;
-             },
-             cos_sin);
-  check_rule(runner(), {TokenLayout::thd}, [](Spec& s) { s.max_seqlen = 9; }, cos_sin);
-  check_rule(runner(), {TokenLayout::thd}, [](Spec& s) { s.max_seqlen = -1; },
-             [](Built&) { return std::vector<std::string>{"max_seqlen = -1"}; });
+  check_rule(
+      runner(), {TokenLayout::sbhd},
+      [](Spec& s) {
+        s.cp_size = 2;
+        s.table_rows = 7;
+      },
+      cos_sin);
+  check_rule(
+      runner(), {TokenLayout::sbhd},
+      [](Spec& s) {
+        s.cp_size = 2;
+        s.cp_rank = 1;
+        s.table_rows = 5;
+      },
+      cos_sin);
+  check_rule(
+      runner(), {TokenLayout::thd}, [](Spec& s) { s.max_seqlen = 9; }, cos_sin);
+  check_rule(
+      runner(), {TokenLayout::thd}, [](Spec& s) { s.max_seqlen = -1; },
+      [](Built&) { return std::vector<std::string>{"max_seqlen = -1"}; });
   // Enough rows: accepted.
   for (EntryPoint op : all_entry_points()) {
     SCOPED_TRACE(entry_point_name(op));
@@ -597,7 +629,8 @@ TEST_P(BadInput, NullDataWithElements) {
 // THD needs cu_seqlens (int32, N + 1 >= 1 entries); position_ids have T entries of int32 or
 // int64; seq_offsets have B (SBHD) or N (THD) int32 entries.
 TEST_P(BadInput, MetadataArraysOfTheWrongSizeOrType) {
-  auto rule = [&](const SpecEdit& spec, const std::function<void(Positions&)>& edit, const std::string& needle,
+  auto rule = [&](const SpecEdit& spec, const std::function<void(Positions&)>& edit,
+                  const std::string& needle,
                   const std::vector<TokenLayout>& layouts = {TokenLayout::thd}) {
     SCOPED_TRACE(needle);
     check_rule(runner(), layouts, spec, [&](Built& b) {
@@ -605,17 +638,30 @@ TEST_P(BadInput, MetadataArraysOfTheWrongSizeOrType) {
       return std::vector<std::string>{needle};
     });
   };
-  rule(nullptr, [](Positions& p) { p.cu_seqlens = {}; }, "cu_seqlens: missing");
-  rule(nullptr, [](Positions& p) { p.cu_seqlens.size = 0; }, "cu_seqlens: 0 entries");
-  rule(nullptr, [](Positions& p) { p.cu_seqlens.type = IndexType::i64; }, "cu_seqlens: index type");
-  rule(with_metadata_arrays(), [](Positions& p) { p.position_ids.size = 5; }, "position_ids: 5 entries");
-  rule(with_metadata_arrays(), [](Positions& p) { p.position_ids.size = 7; }, "position_ids: 7 entries");
-  rule(with_metadata_arrays(), [](Positions& p) { p.position_ids.type = static_cast<IndexType>(2); },
-       "position_ids: index type");
-  rule(with_metadata_arrays(), [](Positions& p) { p.seq_offsets.size = 3; }, "seq_offsets: 3 entries", kBothLayouts);
-  rule(with_metadata_arrays(), [](Positions& p) { p.seq_offsets.size = 1; }, "seq_offsets: 1 entries", kBothLayouts);
-  rule(with_metadata_arrays(), [](Positions& p) { p.seq_offsets.type = IndexType::i64; }, "seq_offsets: index type",
-       kBothLayouts);
+  rule(
+      nullptr, [](Positions& p) { p.cu_seqlens = {}; }, "cu_seqlens: missing");
+  rule(
+      nullptr, [](Positions& p) { p.cu_seqlens.size = 0; }, "cu_seqlens: 0 entries");
+  rule(
+      nullptr, [](Positions& p) { p.cu_seqlens.type = IndexType::i64; }, "cu_seqlens: index type");
+  rule(
+      with_metadata_arrays(), [](Positions& p) { p.position_ids.size = 5; },
+      "position_ids: 5 entries");
+  rule(
+      with_metadata_arrays(), [](Positions& p) { p.position_ids.size = 7; },
+      "position_ids: 7 entries");
+  rule(
+      with_metadata_arrays(), [](Positions& p) { p.position_ids.type = static_cast<IndexType>(2); },
+      "position_ids: index type");
+  rule(
+      with_metadata_arrays(), [](Positions& p) { p.seq_offsets.size = 3; },
+      "seq_offsets: 3 entries", kBothLayouts);
+  rule(
+      with_metadata_arrays(), [](Positions& p) { p.seq_offsets.size = 1; },
+      "seq_offsets: 1 entries", kBothLayouts);
+  rule(
+      with_metadata_arrays(), [](Positions& p) { p.seq_offsets.type = IndexType::i64; },
+      "seq_offsets: index type", kBothLayouts);
 }
 
 // position_ids, cu_seqlens and freq_mode = packed are THD only.
@@ -628,9 +674,21 @@ TEST_P(BadInput, ThdOnlyArgumentsForSbhd) {
       return std::vector<std::string>{needle};
     });
   };
-  rule([&](Positions& p) { p.position_ids = {values.data(), IndexType::i32, 4}; }, "position_ids: given for an SBHD");
-  rule([&](Positions& p) { p.position_ids = {values.data(), IndexType::i32, 8}; }, "position_ids: given for an SBHD");
-  rule([&](Positions& p) { p.cu_seqlens = {values.data(), IndexType::i32, 3}; }, "cu_seqlens: given for an SBHD");
+  rule(
+      [&](Positions& p) {
+        p.position_ids = {values.data(), IndexType::i32, 4};
+      },
+      "position_ids: given for an SBHD");
+  rule(
+      [&](Positions& p) {
+        p.position_ids = {values.data(), IndexType::i32, 8};
+      },
+      "position_ids: given for an SBHD");
+  rule(
+      [&](Positions& p) {
+        p.cu_seqlens = {values.data(), IndexType::i32, 3};
+      },
+      "cu_seqlens: given for an SBHD");
   rule([](Positions& p) { p.freq_mode = FreqMode::packed; }, "freq_mode = packed");
 }
 
@@ -750,7 +808,8 @@ TEST_P(BadInput, SizesThatOverflowAreRejected) {
 
 // cp_size feeds the CP position arithmetic (L * cp_size): bounded by 2^20 with a named error.
 TEST_P(BadInput, ContextParallelSizeBounded) {
-  for (std::int64_t cp : {std::int64_t{1} << 62, (std::int64_t{1} << 20) + 1, std::int64_t{1} << 40}) {
+  for (std::int64_t cp :
+       {std::int64_t{1} << 62, (std::int64_t{1} << 20) + 1, std::int64_t{1} << 40}) {
     SCOPED_TRACE(cp);
     EXPECT_EQ(check_rule(
                   runner(), kBothLayouts,
@@ -758,7 +817,9 @@ TEST_P(BadInput, ContextParallelSizeBounded) {
                     s.cp_size = cp;
                     s.cp_rank = 1;
                   },
-                  [&](Built&) { return std::vector<std::string>{"cp_size = " + std::to_string(cp), "2^20"}; }),
+                  [&](Built&) {
+                    return std::vector<std::string>{"cp_size = " + std::to_string(cp), "2^20"};
+                  }),
               12);
   }
 }
@@ -784,9 +845,10 @@ TEST_P(BadInput, MisalignedPointers) {
     std::ptrdiff_t shift;
     IndexType position_type;
   };
-  for (const Meta& m : {Meta{"cu_seqlens", 2, IndexType::i32}, Meta{"position_ids", 1, IndexType::i32},
-                        Meta{"position_ids", 4, IndexType::i64}, Meta{"seq_offsets", 2, IndexType::i32},
-                        Meta{"status", 2, IndexType::i32}}) {
+  for (const Meta& m :
+       {Meta{"cu_seqlens", 2, IndexType::i32}, Meta{"position_ids", 1, IndexType::i32},
+        Meta{"position_ids", 4, IndexType::i64}, Meta{"seq_offsets", 2, IndexType::i32},
+        Meta{"status", 2, IndexType::i32}}) {
     SCOPED_TRACE(std::string(m.name) + " + " + std::to_string(m.shift));
     const std::string name = m.name;
     EXPECT_EQ(check_rule(
@@ -797,12 +859,15 @@ TEST_P(BadInput, MisalignedPointers) {
                   },
                   [&](Built& b) -> std::vector<std::string> {
                     Positions& p = b.positions();
-                    auto shifted = [&](const void* data) { return static_cast<const unsigned char*>(data) + m.shift; };
+                    auto shifted = [&](const void* data) {
+                      return static_cast<const unsigned char*>(data) + m.shift;
+                    };
                     if (name == "cu_seqlens") p.cu_seqlens.data = shifted(p.cu_seqlens.data);
                     if (name == "position_ids") p.position_ids.data = shifted(p.position_ids.data);
                     if (name == "seq_offsets") p.seq_offsets.data = shifted(p.seq_offsets.data);
                     if (name == "status")
-                      b.status() = reinterpret_cast<DeviceStatus*>(reinterpret_cast<unsigned char*>(b.status()) + m.shift);
+                      b.status() = reinterpret_cast<DeviceStatus*>(
+                          reinterpret_cast<unsigned char*>(b.status()) + m.shift);
                     return {name + ": ", "aligned"};
                   }),
               6);
@@ -845,7 +910,8 @@ TEST_P(BadInput, YarnTablesBadParameters) {
       {[](YarnTablesCall& c) { c.sin.dtype = DType::bf16; }, "sin: dtype"},
       {[](YarnTablesCall& c) { c.cos.dtype = DType::f16; }, "sin: dtype"},
       {[](YarnTablesCall& c) { c.sin.data = c.cos.data; }, "sin: memory overlaps cos"},
-      {[](YarnTablesCall& c) { c.sin.data = static_cast<char*>(c.cos.data) + 4; }, "sin: memory overlaps cos"},
+      {[](YarnTablesCall& c) { c.sin.data = static_cast<char*>(c.cos.data) + 4; },
+       "sin: memory overlaps cos"},
       {[](YarnTablesCall& c) { c.cos.data = nullptr; }, "cos: null data"},
       {[](YarnTablesCall& c) { c.sin.data = nullptr; }, "sin: null data"},
       {[](YarnTablesCall& c) { c.cos.strides[1] = 2; }, "cos: last-dim stride"},
@@ -860,7 +926,8 @@ TEST_P(BadInput, YarnTablesBadParameters) {
       {[](YarnTablesCall& c) { c.params.scaling_factor = 0; }, "scaling_factor"},
       {[](YarnTablesCall& c) { c.params.scaling_factor = -1; }, "scaling_factor"},
       {[=](YarnTablesCall& c) { c.params.scaling_factor = nan; }, "scaling_factor"},
-      {[](YarnTablesCall& c) { c.params.original_max_position_embeddings = 0; }, "original_max_position_embeddings"},
+      {[](YarnTablesCall& c) { c.params.original_max_position_embeddings = 0; },
+       "original_max_position_embeddings"},
       {[=](YarnTablesCall& c) { c.params.original_max_position_embeddings = inf; },
        "original_max_position_embeddings"},
       {[](YarnTablesCall& c) { c.params.beta_fast = 0; }, "beta_fast"},
@@ -908,7 +975,8 @@ TEST_P(BadInput, YarnTablesBadParameters) {
     mark_view(mask, y.arena.base(), y.call.sin);
     const std::vector<unsigned char> before = y.arena.snapshot();
     EXPECT_NO_THROW(runner().yarn(y.call, y.arena));
-    EXPECT_TRUE(y.arena.same_bytes(y.arena.snapshot(), before, &mask)) << "wrote outside the tables";
+    EXPECT_TRUE(y.arena.same_bytes(y.arena.snapshot(), before, &mask))
+        << "wrote outside the tables";
     for (std::int64_t r = 0; r < y.call.cos.shape[0]; ++r)
       for (std::int64_t e = 0; e < 4; ++e) {
         EXPECT_TRUE(std::isfinite(element(y.call.cos, {r, e})));
@@ -920,9 +988,10 @@ TEST_P(BadInput, YarnTablesBadParameters) {
 // --- Garbage device metadata ---------------------------------------------------------------------
 
 // Offset of element (row, head, k) of an activation view; SBHD rows are s * B + b.
-std::int64_t element_offset(const Built& b, const ConstTensorView& v, std::int64_t row, std::int64_t h,
-                            std::int64_t k) {
-  if (b.spec.layout == TokenLayout::thd) return row * v.strides[0] + h * v.strides[1] + k * v.strides[2];
+std::int64_t element_offset(const Built& b, const ConstTensorView& v, std::int64_t row,
+                            std::int64_t h, std::int64_t k) {
+  if (b.spec.layout == TokenLayout::thd)
+    return row * v.strides[0] + h * v.strides[1] + k * v.strides[2];
   const std::int64_t s = row / b.spec.B, bb = row % b.spec.B;
   return s * v.strides[0] + bb * v.strides[1] + h * v.strides[2] + k * v.strides[3];
 }
@@ -942,20 +1011,27 @@ void expect_passed_through(Built& b, const std::vector<std::int64_t>& passed) {
     for (std::int64_t h = 0; h < s.H; ++h) switch (s.op) {
         case EntryPoint::rope:
         case EntryPoint::rope_backward:
-          for (std::int64_t k = 0; k < s.nope + s.emb; ++k) ok = ok && at(b.out, row, h, k) == at(p.in, row, h, k);
+          for (std::int64_t k = 0; k < s.nope + s.emb; ++k)
+            ok = ok && at(b.out, row, h, k) == at(p.in, row, h, k);
           break;
         case EntryPoint::rope_inplace:
         case EntryPoint::rope_backward_inplace:
-          for (std::int64_t k = 0; k < s.nope + s.emb; ++k) ok = ok && at(b.io, row, h, k) == at(p.io, row, h, k);
+          for (std::int64_t k = 0; k < s.nope + s.emb; ++k)
+            ok = ok && at(b.io, row, h, k) == at(p.io, row, h, k);
           break;
         case EntryPoint::kv_split:
-          for (std::int64_t k = 0; k < s.k; ++k) ok = ok && at(b.out0, row, h, k) == at(p.in0, row, h, k);
-          for (std::int64_t e = 0; e < s.emb; ++e) ok = ok && at(b.out0, row, h, s.k + e) == at(p.in1, row, 0, e);
-          for (std::int64_t j = 0; j < s.v; ++j) ok = ok && at(b.out1, row, h, j) == at(p.in0, row, h, s.k + j);
+          for (std::int64_t k = 0; k < s.k; ++k)
+            ok = ok && at(b.out0, row, h, k) == at(p.in0, row, h, k);
+          for (std::int64_t e = 0; e < s.emb; ++e)
+            ok = ok && at(b.out0, row, h, s.k + e) == at(p.in1, row, 0, e);
+          for (std::int64_t j = 0; j < s.v; ++j)
+            ok = ok && at(b.out1, row, h, j) == at(p.in0, row, h, s.k + j);
           break;
         case EntryPoint::kv_split_backward:
-          for (std::int64_t k = 0; k < s.k; ++k) ok = ok && at(b.out0, row, h, k) == at(p.in0, row, h, k);
-          for (std::int64_t j = 0; j < s.v; ++j) ok = ok && at(b.out0, row, h, s.k + j) == at(p.in1, row, h, j);
+          for (std::int64_t k = 0; k < s.k; ++k)
+            ok = ok && at(b.out0, row, h, k) == at(p.in0, row, h, k);
+          for (std::int64_t j = 0; j < s.v; ++j)
+            ok = ok && at(b.out0, row, h, s.k + j) == at(p.in1, row, h, j);
           break;
       }
     if (s.op == EntryPoint::kv_split_backward)
@@ -973,7 +1049,8 @@ void expect_passed_through(Built& b, const std::vector<std::int64_t>& passed) {
 // (when given), and the rows of `passed`.
 void expect_metadata_outcome(const Runner& runner, Built& b, const DeviceStatus* expected,
                              const std::vector<std::int64_t>* passed) {
-  const DeviceStatus validator = check_device_metadata(b.positions(), b.row_shape(), b.spec.table_rows);
+  const DeviceStatus validator =
+      check_device_metadata(b.positions(), b.row_shape(), b.spec.table_rows);
   if (expected) {
     EXPECT_EQ(validator, *expected) << "check_device_metadata: " << describe_status(validator);
   }
@@ -983,7 +1060,8 @@ void expect_metadata_outcome(const Runner& runner, Built& b, const DeviceStatus*
     if (v.output && v.numel() != 0) writes_nothing = false;
   const DeviceStatus status = expect_matches_reference(runner, b);
   EXPECT_EQ(status, writes_nothing ? b.spec.initial_status : b.spec.initial_status | validator)
-      << runner.name() << ": " << describe_status(status) << ", check_device_metadata: " << describe_status(validator);
+      << runner.name() << ": " << describe_status(status)
+      << ", check_device_metadata: " << describe_status(validator);
   if (passed) expect_passed_through(b, *passed);
 }
 
@@ -997,7 +1075,8 @@ std::vector<std::int64_t> all_rows(std::int64_t n) {
 // with payloads, signed zeros, a subnormal and an infinity.
 std::vector<std::uint32_t> special_bits(DType dtype) {
   switch (dtype) {
-    case DType::f32: return {0x7F800001u, 0xFFC00123u, 0x80000000u, 0x00000001u, 0xFF800000u, 0x7FBFFFFFu};
+    case DType::f32:
+      return {0x7F800001u, 0xFFC00123u, 0x80000000u, 0x00000001u, 0xFF800000u, 0x7FBFFFFFu};
     case DType::bf16: return {0x7F81u, 0xFFC3u, 0x8000u, 0x0001u, 0xFF80u, 0x7FBFu};
     case DType::f16: return {0x7C01u, 0xFE03u, 0x8000u, 0x0001u, 0xFC00u, 0x7DFFu};
   }
@@ -1005,7 +1084,8 @@ std::vector<std::uint32_t> special_bits(DType dtype) {
 }
 
 void set_element_bits(const ConstTensorView& v, std::int64_t offset, std::uint32_t bits) {
-  auto* p = static_cast<unsigned char*>(const_cast<void*>(v.data)) + offset * static_cast<std::int64_t>(dtype_size(v.dtype));
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(v.data)) +
+            offset * static_cast<std::int64_t>(dtype_size(v.dtype));
   if (dtype_size(v.dtype) == 4) {
     std::memcpy(p, &bits, 4);
   } else {
@@ -1014,7 +1094,8 @@ void set_element_bits(const ConstTensorView& v, std::int64_t offset, std::uint32
   }
 }
 
-std::uint32_t bits_at(const Built& b, const ConstTensorView& v, std::int64_t row, std::int64_t h, std::int64_t k) {
+std::uint32_t bits_at(const Built& b, const ConstTensorView& v, std::int64_t row, std::int64_t h,
+                      std::int64_t k) {
   const auto* p = static_cast<const unsigned char*>(v.data) +
                   element_offset(b, v, row, h, k) * static_cast<std::int64_t>(dtype_size(v.dtype));
   std::uint32_t bits = 0;
@@ -1022,8 +1103,8 @@ std::uint32_t bits_at(const Built& b, const ConstTensorView& v, std::int64_t row
   return bits;
 }
 
-// docs/semantics.md §5: pass-through rows (padding rows, invalid metadata) are copied bit for bit, NaN
-// payloads and signed zeros included, by the reference and every backend; so are the copied
+// docs/semantics.md §5: pass-through rows (padding rows, invalid metadata) are copied bit for bit,
+// NaN payloads and signed zeros included, by the reference and every backend; so are the copied
 // parts of kv_split and kv_split_backward. Checked against the inputs themselves, not only
 // against the reference.
 TEST_P(GarbageMetadata, PassThroughIsBitwise) {
@@ -1034,14 +1115,17 @@ TEST_P(GarbageMetadata, PassThroughIsBitwise) {
         s.op = op;
         s.layout = TokenLayout::thd;
         s.act = dtype;
-        s.cu = bad_metadata ? std::vector<std::int64_t>{0, 4, 2} : std::vector<std::int64_t>{0, 2, 4};
+        s.cu =
+            bad_metadata ? std::vector<std::int64_t>{0, 4, 2} : std::vector<std::int64_t>{0, 2, 4};
         Built b;
         build(b, s);
         // Rows that pass through: the padding rows 4 and 5, or every row of bad cu_seqlens.
-        const std::vector<std::int64_t> passed = bad_metadata ? all_rows(s.T) : std::vector<std::int64_t>{4, 5};
+        const std::vector<std::int64_t> passed =
+            bad_metadata ? all_rows(s.T) : std::vector<std::int64_t>{4, 5};
         const std::vector<std::uint32_t> bits = special_bits(dtype);
         std::size_t next = 0;
-        auto fill = [&](const ConstTensorView& v, std::int64_t heads, std::int64_t from, std::int64_t to) {
+        auto fill = [&](const ConstTensorView& v, std::int64_t heads, std::int64_t from,
+                        std::int64_t to) {
           for (std::int64_t row : passed)
             for (std::int64_t h = 0; h < heads; ++h)
               for (std::int64_t k = from; k < to; ++k)
@@ -1057,42 +1141,54 @@ TEST_P(GarbageMetadata, PassThroughIsBitwise) {
             fill(b.in0, s.H, 0, s.k + s.v);
             fill(b.in1, 1, 0, s.emb);
             break;
-          case EntryPoint::kv_split_backward:  // grad_k_pe is a head sum, not a copy: the k and v parts only
+          case EntryPoint::kv_split_backward:  // grad_k_pe is a head sum, not a copy: the k and v
+                                               // parts only
             fill(b.in0, s.H, 0, s.k);
             fill(b.in1, s.H, 0, s.v);
             break;
         }
-        SCOPED_TRACE(trace(s) + " " + std::string(to_string(dtype)) + (bad_metadata ? " bad cu_seqlens" : " padding"));
+        SCOPED_TRACE(trace(s) + " " + std::string(to_string(dtype)) +
+                     (bad_metadata ? " bad cu_seqlens" : " padding"));
         Built pristine;  // the inputs as they were, for in-place calls
         build(pristine, s);
         const std::vector<unsigned char> inputs = b.arena.snapshot();
         expect_matches_reference(runner(), b);
         pristine.arena.restore(inputs);
         int mismatches = 0;
-        auto expect_same = [&](const ConstTensorView& out, std::int64_t oh, std::int64_t ok, const ConstTensorView& in,
-                               std::int64_t ih, std::int64_t ik, std::int64_t row) {
-          if (bits_at(b, out, row, oh, ok) != bits_at(pristine, in, row, ih, ik) && ++mismatches <= 3)
-            ADD_FAILURE() << "row " << row << " head " << oh << " element " << ok << ": bits 0x" << std::hex
-                          << bits_at(b, out, row, oh, ok) << ", input bits 0x" << bits_at(pristine, in, row, ih, ik);
+        auto expect_same = [&](const ConstTensorView& out, std::int64_t oh, std::int64_t ok,
+                               const ConstTensorView& in, std::int64_t ih, std::int64_t ik,
+                               std::int64_t row) {
+          if (bits_at(b, out, row, oh, ok) != bits_at(pristine, in, row, ih, ik) &&
+              ++mismatches <= 3)
+            ADD_FAILURE() << "row " << row << " head " << oh << " element " << ok << ": bits 0x"
+                          << std::hex << bits_at(b, out, row, oh, ok) << ", input bits 0x"
+                          << bits_at(pristine, in, row, ih, ik);
         };
         for (std::int64_t row : passed)
           for (std::int64_t h = 0; h < s.H; ++h) switch (op) {
               case EntryPoint::rope:
               case EntryPoint::rope_backward:
-                for (std::int64_t k = 0; k < width; ++k) expect_same(b.out, h, k, pristine.in, h, k, row);
+                for (std::int64_t k = 0; k < width; ++k)
+                  expect_same(b.out, h, k, pristine.in, h, k, row);
                 break;
               case EntryPoint::rope_inplace:
               case EntryPoint::rope_backward_inplace:
-                for (std::int64_t k = 0; k < width; ++k) expect_same(b.io, h, k, pristine.io, h, k, row);
+                for (std::int64_t k = 0; k < width; ++k)
+                  expect_same(b.io, h, k, pristine.io, h, k, row);
                 break;
               case EntryPoint::kv_split:
-                for (std::int64_t k = 0; k < s.k; ++k) expect_same(b.out0, h, k, pristine.in0, h, k, row);
-                for (std::int64_t e = 0; e < s.emb; ++e) expect_same(b.out0, h, s.k + e, pristine.in1, 0, e, row);
-                for (std::int64_t j = 0; j < s.v; ++j) expect_same(b.out1, h, j, pristine.in0, h, s.k + j, row);
+                for (std::int64_t k = 0; k < s.k; ++k)
+                  expect_same(b.out0, h, k, pristine.in0, h, k, row);
+                for (std::int64_t e = 0; e < s.emb; ++e)
+                  expect_same(b.out0, h, s.k + e, pristine.in1, 0, e, row);
+                for (std::int64_t j = 0; j < s.v; ++j)
+                  expect_same(b.out1, h, j, pristine.in0, h, s.k + j, row);
                 break;
               case EntryPoint::kv_split_backward:
-                for (std::int64_t k = 0; k < s.k; ++k) expect_same(b.out0, h, k, pristine.in0, h, k, row);
-                for (std::int64_t j = 0; j < s.v; ++j) expect_same(b.out0, h, s.k + j, pristine.in1, h, j, row);
+                for (std::int64_t k = 0; k < s.k; ++k)
+                  expect_same(b.out0, h, k, pristine.in0, h, k, row);
+                for (std::int64_t j = 0; j < s.v; ++j)
+                  expect_same(b.out0, h, s.k + j, pristine.in1, h, j, row);
                 break;
             }
         EXPECT_EQ(mismatches, 0);
@@ -1108,8 +1204,16 @@ struct NamedCase {
 
 TEST_P(GarbageMetadata, NamedCases) {
   const std::vector<NamedCase> cases = {
-      {"decreasing cu_seqlens", [](Spec& s) { s.cu = {0, 4, 2}; }, kStatusBadCuSeqlens, all_rows(6)},
-      {"negative first length", [](Spec& s) { s.cu = {3, 1, 6}; }, kStatusBadCuSeqlens, all_rows(6)},
+      {"decreasing cu_seqlens",
+       [](Spec& s) {
+         s.cu = {0, 4, 2};
+       },
+       kStatusBadCuSeqlens, all_rows(6)},
+      {"negative first length",
+       [](Spec& s) {
+         s.cu = {3, 1, 6};
+       },
+       kStatusBadCuSeqlens, all_rows(6)},
       {"length not divisible by 2 * cp_size",
        [](Spec& s) {
          s.T = 5;
@@ -1125,7 +1229,11 @@ TEST_P(GarbageMetadata, NamedCases) {
          s.cp_rank = 1;
        },
        kStatusBadCuSeqlens | kStatusBadSeqLength, all_rows(5)},
-      {"cu_seqlens past the rows", [](Spec& s) { s.cu = {0, 4, 8}; }, kStatusBadCuSeqlens, all_rows(6)},
+      {"cu_seqlens past the rows",
+       [](Spec& s) {
+         s.cu = {0, 4, 8};
+       },
+       kStatusBadCuSeqlens, all_rows(6)},
       {"cu_seqlens past the rows with CP",
        [](Spec& s) {
          s.T = 3;
@@ -1133,8 +1241,11 @@ TEST_P(GarbageMetadata, NamedCases) {
          s.cp_size = 2;
        },
        kStatusBadCuSeqlens, all_rows(3)},
-      {"cu_seqlens INT32_MIN .. INT32_MAX", [](Spec& s) { s.cu = {kI32Min, 0, kI32Max}; }, kStatusBadCuSeqlens,
-       all_rows(6)},
+      {"cu_seqlens INT32_MIN .. INT32_MAX",
+       [](Spec& s) {
+         s.cu = {kI32Min, 0, kI32Max};
+       },
+       kStatusBadCuSeqlens, all_rows(6)},
       {"cu_seqlens near INT32_MAX, packed",
        [](Spec& s) {
          s.cu = {kI32Max - 6, kI32Max - 3, kI32Max};
@@ -1155,14 +1266,16 @@ TEST_P(GarbageMetadata, NamedCases) {
          s.has_position_ids = true;
          s.position_ids = {0, 8, -1, 2, 7, kI32Max};
        },
-       kStatusRowOutsideTable, {1, 2, 5}},
+       kStatusRowOutsideTable,
+       {1, 2, 5}},
       {"position_ids INT32_MIN",
        [](Spec& s) {
          s.cu = {0, 3, 6};
          s.has_position_ids = true;
          s.position_ids = {kI32Min, 1, 2, 3, 4, 5};
        },
-       kStatusRowOutsideTable, {0}},
+       kStatusRowOutsideTable,
+       {0}},
       {"int64 position_ids beyond the table",
        [](Spec& s) {
          s.cu = {0, 3, 6};
@@ -1170,28 +1283,32 @@ TEST_P(GarbageMetadata, NamedCases) {
          s.position_ids_type = IndexType::i64;
          s.position_ids = {kI64Max, 1, kI64Min, std::int64_t{1} << 32, 7, -(std::int64_t{1} << 32)};
        },
-       kStatusRowOutsideTable, {0, 2, 3, 5}},
+       kStatusRowOutsideTable,
+       {0, 2, 3, 5}},
       {"padding rows ignore their bad position_ids",
        [](Spec& s) {
          s.cu = {0, 2, 4};
          s.has_position_ids = true;
          s.position_ids = {1, 2, 3, 4, -5, kI32Max};  // rows 4, 5 are padding
        },
-       kStatusOk, {4, 5}},
+       kStatusOk,
+       {4, 5}},
       {"negative seq_offsets",
        [](Spec& s) {
          s.cu = {0, 3, 6};
          s.has_seq_offsets = true;
          s.seq_offsets = {0, -2};  // sequence 1: rows -2, -1, 0
        },
-       kStatusRowOutsideTable, {3, 4}},
+       kStatusRowOutsideTable,
+       {3, 4}},
       {"seq_offsets INT32_MAX",
        [](Spec& s) {
          s.cu = {0, 3, 6};
          s.has_seq_offsets = true;
          s.seq_offsets = {kI32Max, 0};
        },
-       kStatusRowOutsideTable, {0, 1, 2}},
+       kStatusRowOutsideTable,
+       {0, 1, 2}},
       {"SBHD seq_offsets before and past the table",
        [](Spec& s) {
          s.layout = TokenLayout::sbhd;
@@ -1200,7 +1317,8 @@ TEST_P(GarbageMetadata, NamedCases) {
          s.has_seq_offsets = true;
          s.seq_offsets = {-1, 2};  // rows [-1, 0, 1] and [2, 3, 4]; row = s * 2 + b
        },
-       kStatusRowOutsideTable, {0, 5}},
+       kStatusRowOutsideTable,
+       {0, 5}},
       {"SBHD seq_offsets INT32_MIN and INT32_MAX with CP",
        [](Spec& s) {
          s.layout = TokenLayout::sbhd;
@@ -1235,7 +1353,8 @@ std::int64_t garbage(test::Rng& rng, std::int64_t table_rows, bool wide) {
     case 3:
       if (wide) return (rng.next() & 1) ? kI64Max : kI64Min;
       return kI32Max - static_cast<std::int64_t>(rng.next() % 8);
-    default: return static_cast<std::int64_t>(rng.next() % static_cast<std::uint64_t>(table_rows + 1));
+    default:
+      return static_cast<std::int64_t>(rng.next() % static_cast<std::uint64_t>(table_rows + 1));
   }
 }
 
@@ -1358,7 +1477,9 @@ TEST_P(GarbageMetadata, RandomSbhdSeqOffsets) {
   EXPECT_EQ(seen, kStatusRowOutsideTable);
 }
 
-std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
 
 // The CUDA runner copies device memory back after every call, whether the call threw or not:
 // a failed copy during the unwinding of a rejected call must not end the process.
@@ -1384,10 +1505,12 @@ TEST(RunThenFinish, FinishRunsOnceEitherWay) {
   EXPECT_EQ(finishes, 1);
   run_then_finish([] {}, [&] { ++finishes; });
   EXPECT_EQ(finishes, 2);
-  EXPECT_THROW(run_then_finish([] {}, [] { throw std::runtime_error("copy back failed"); }), std::runtime_error);
+  EXPECT_THROW(run_then_finish([] {}, [] { throw std::runtime_error("copy back failed"); }),
+               std::runtime_error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BadInput, ::testing::Values("reference", "host", "cuda"), backend_param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, BadInput, ::testing::Values("reference", "host", "cuda"),
+                         backend_param_name);
 INSTANTIATE_TEST_SUITE_P(Backends, GarbageMetadata, ::testing::Values("reference", "host", "cuda"),
                          backend_param_name);
 

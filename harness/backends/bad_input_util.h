@@ -27,9 +27,9 @@
 #endif
 
 #include "backends/case_run.h"
+#include "host_convert.h"
 #include "mlarope/backend.h"
 #include "mlarope/error.h"
-#include "host_convert.h"
 #include "mlarope/megatron.h"
 #include "mlarope/ops.h"
 #include "mlarope/validate.h"
@@ -123,8 +123,8 @@ class Arena {
       if (mask && (*mask)[i]) continue;
       if (now[i] == expected[i]) continue;
       if (++count <= 4)
-        s << " [" << where(i) << ": 0x" << std::hex << int(now[i]) << ", expected 0x" << int(expected[i])
-          << std::dec << "]";
+        s << " [" << where(i) << ": 0x" << std::hex << int(now[i]) << ", expected 0x"
+          << int(expected[i]) << std::dec << "]";
     }
     if (count == 0) return ::testing::AssertionSuccess();
     return ::testing::AssertionFailure() << count << " bytes differ:" << s.str();
@@ -146,7 +146,8 @@ void mark_view(std::vector<bool>& mask, const unsigned char* base, const BasicTe
   while (true) {
     std::int64_t off = 0;
     for (int d = 0; d < v.rank; ++d) off += index[d] * v.strides[d];
-    const auto* p = static_cast<const unsigned char*>(v.data) + off * static_cast<std::int64_t>(size);
+    const auto* p =
+        static_cast<const unsigned char*>(v.data) + off * static_cast<std::int64_t>(size);
     for (std::size_t k = 0; k < size; ++k) mask[static_cast<std::size_t>(p - base) + k] = true;
     int d = v.rank - 1;
     for (; d >= 0; --d) {
@@ -163,7 +164,8 @@ double element(const BasicTensorView<Void>& v, std::initializer_list<std::int64_
   return load_as_double(v.data, v.dtype, v.offset(index));
 }
 template <class Void>
-std::uint32_t element_bits(const BasicTensorView<Void>& v, std::initializer_list<std::int64_t> index) {
+std::uint32_t element_bits(const BasicTensorView<Void>& v,
+                           std::initializer_list<std::int64_t> index) {
   const auto* p = static_cast<const unsigned char*>(v.data) +
                   v.offset(index) * static_cast<std::int64_t>(dtype_size(v.dtype));
   if (dtype_size(v.dtype) == 4) {
@@ -180,11 +182,20 @@ std::uint32_t element_bits(const BasicTensorView<Void>& v, std::initializer_list
 
 /// The library's entry points (include/mlarope/backend.h): an Op (mlarope/types.h) in one of
 /// its forms, since each form validates its own arguments.
-enum class EntryPoint { rope, rope_inplace, rope_backward, rope_backward_inplace, kv_split, kv_split_backward };
+enum class EntryPoint {
+  rope,
+  rope_inplace,
+  rope_backward,
+  rope_backward_inplace,
+  kv_split,
+  kv_split_backward
+};
 
 inline const std::vector<EntryPoint>& all_entry_points() {
-  static const std::vector<EntryPoint> ops = {EntryPoint::rope,     EntryPoint::rope_inplace, EntryPoint::rope_backward, EntryPoint::rope_backward_inplace,
-                                      EntryPoint::kv_split, EntryPoint::kv_split_backward};
+  static const std::vector<EntryPoint> ops = {
+      EntryPoint::rope,          EntryPoint::rope_inplace,
+      EntryPoint::rope_backward, EntryPoint::rope_backward_inplace,
+      EntryPoint::kv_split,      EntryPoint::kv_split_backward};
   return ops;
 }
 
@@ -200,8 +211,12 @@ inline const char* entry_point_name(EntryPoint op) {
   return "?";
 }
 
-inline bool is_kv(EntryPoint op) { return op == EntryPoint::kv_split || op == EntryPoint::kv_split_backward; }
-inline bool is_inplace(EntryPoint op) { return op == EntryPoint::rope_inplace || op == EntryPoint::rope_backward_inplace; }
+inline bool is_kv(EntryPoint op) {
+  return op == EntryPoint::kv_split || op == EntryPoint::kv_split_backward;
+}
+inline bool is_inplace(EntryPoint op) {
+  return op == EntryPoint::rope_inplace || op == EntryPoint::rope_backward_inplace;
+}
 
 /// Everything that describes one call to build: shapes, dims, dtypes, metadata.
 struct Spec {
@@ -240,7 +255,8 @@ struct Built {
   // The rope family: `in` (t / grad_out) and `out` (out / grad_t); in place: `io` (t / grad).
   ConstTensorView in;
   TensorView out, io;
-  // kv_split: kv, k_pe -> key, value. kv_split_backward: grad_key, grad_value -> grad_kv, grad_k_pe.
+  // kv_split: kv, k_pe -> key, value. kv_split_backward: grad_key, grad_value -> grad_kv,
+  // grad_k_pe.
   ConstTensorView in0, in1;
   TensorView out0, out1;
   RopeArgs rope_args;
@@ -277,15 +293,20 @@ struct Built {
   std::vector<Named> activations() {
     switch (spec.op) {
       case EntryPoint::rope: return {{"t", false, &in, nullptr}, {"out", true, nullptr, &out}};
-      case EntryPoint::rope_backward: return {{"grad_out", false, &in, nullptr}, {"grad_t", true, nullptr, &out}};
+      case EntryPoint::rope_backward:
+        return {{"grad_out", false, &in, nullptr}, {"grad_t", true, nullptr, &out}};
       case EntryPoint::rope_inplace: return {{"t", true, nullptr, &io}};
       case EntryPoint::rope_backward_inplace: return {{"grad", true, nullptr, &io}};
       case EntryPoint::kv_split:
-        return {{"kv", false, &in0, nullptr}, {"k_pe", false, &in1, nullptr},
-                {"key", true, nullptr, &out0}, {"value", true, nullptr, &out1}};
+        return {{"kv", false, &in0, nullptr},
+                {"k_pe", false, &in1, nullptr},
+                {"key", true, nullptr, &out0},
+                {"value", true, nullptr, &out1}};
       case EntryPoint::kv_split_backward:
-        return {{"grad_key", false, &in0, nullptr}, {"grad_value", false, &in1, nullptr},
-                {"grad_kv", true, nullptr, &out0}, {"grad_k_pe", true, nullptr, &out1}};
+        return {{"grad_key", false, &in0, nullptr},
+                {"grad_value", false, &in1, nullptr},
+                {"grad_kv", true, nullptr, &out0},
+                {"grad_k_pe", true, nullptr, &out1}};
     }
     return {};
   }
@@ -331,10 +352,12 @@ BasicTensorView<Void> make_view(Void* data, DType dtype, const std::vector<std::
 }
 
 // Bytes a view made by make_view spans (at least one element).
-inline std::size_t view_bytes(DType dtype, const std::vector<std::int64_t>& shape, std::int64_t pad) {
+inline std::size_t view_bytes(DType dtype, const std::vector<std::int64_t>& shape,
+                              std::int64_t pad) {
   const ConstTensorView v = make_view<const void>(nullptr, dtype, shape, pad);
   std::int64_t span = 1;
-  for (int d = 0; d < v.rank; ++d) span += (std::max<std::int64_t>(v.shape[d], 1) - 1) * v.strides[d];
+  for (int d = 0; d < v.rank; ++d)
+    span += (std::max<std::int64_t>(v.shape[d], 1) - 1) * v.strides[d];
   return static_cast<std::size_t>(span) * dtype_size(dtype);
 }
 
@@ -356,8 +379,8 @@ inline void fill_integers(const TensorView& v, test::Rng& rng) {
   }
 }
 
-inline IndexView index_array(Arena& arena, std::size_t region, const std::vector<std::int64_t>& values,
-                             IndexType type) {
+inline IndexView index_array(Arena& arena, std::size_t region,
+                             const std::vector<std::int64_t>& values, IndexType type) {
   unsigned char* p = arena.at(region);
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (type == IndexType::i32) {
@@ -391,30 +414,43 @@ inline void build(Built& b, const Spec& spec) {
   std::vector<Item> items;
   const std::int64_t width = s.nope + s.emb;
   switch (s.op) {
-    case EntryPoint::rope: items = {{"out", shape(s.H, width), true}, {"t", shape(s.H, width), false}}; break;
+    case EntryPoint::rope:
+      items = {{"out", shape(s.H, width), true}, {"t", shape(s.H, width), false}};
+      break;
     case EntryPoint::rope_backward:
       items = {{"grad_t", shape(s.H, width), true}, {"grad_out", shape(s.H, width), false}};
       break;
     case EntryPoint::rope_inplace: items = {{"t", shape(s.H, width), true}}; break;
     case EntryPoint::rope_backward_inplace: items = {{"grad", shape(s.H, width), true}}; break;
     case EntryPoint::kv_split:
-      items = {{"key", shape(s.H, s.k + s.emb), true}, {"value", shape(s.H, s.v), true},
-               {"kv", shape(s.H, s.k + s.v), false}, {"k_pe", shape(1, s.emb), false}};
+      items = {{"key", shape(s.H, s.k + s.emb), true},
+               {"value", shape(s.H, s.v), true},
+               {"kv", shape(s.H, s.k + s.v), false},
+               {"k_pe", shape(1, s.emb), false}};
       break;
     case EntryPoint::kv_split_backward:
-      items = {{"grad_kv", shape(s.H, s.k + s.v), true}, {"grad_k_pe", shape(1, s.emb), true},
-               {"grad_key", shape(s.H, s.k + s.emb), false}, {"grad_value", shape(s.H, s.v), false}};
+      items = {{"grad_kv", shape(s.H, s.k + s.v), true},
+               {"grad_k_pe", shape(1, s.emb), true},
+               {"grad_key", shape(s.H, s.k + s.emb), false},
+               {"grad_value", shape(s.H, s.v), false}};
       break;
   }
   std::vector<std::size_t> regions;
-  for (const Item& it : items) regions.push_back(b.arena.add(it.name, detail::view_bytes(s.act, it.shape, s.pad)));
+  regions.reserve(items.size());
+  for (const Item& it : items)
+    regions.push_back(b.arena.add(it.name, detail::view_bytes(s.act, it.shape, s.pad)));
   const std::vector<std::int64_t> table_shape{s.table_rows, s.emb};
-  const std::size_t cos_region = b.arena.add("cos", detail::view_bytes(s.table_dtype, table_shape, 0));
-  const std::size_t sin_region = b.arena.add("sin", detail::view_bytes(s.table_dtype, table_shape, 0));
-  const std::size_t cu_region = b.arena.add("cu_seqlens", 4 * std::max<std::size_t>(s.cu.size(), 1));
+  const std::size_t cos_region =
+      b.arena.add("cos", detail::view_bytes(s.table_dtype, table_shape, 0));
+  const std::size_t sin_region =
+      b.arena.add("sin", detail::view_bytes(s.table_dtype, table_shape, 0));
+  const std::size_t cu_region =
+      b.arena.add("cu_seqlens", 4 * std::max<std::size_t>(s.cu.size(), 1));
   const std::size_t pos_region =
-      b.arena.add("position_ids", index_size(s.position_ids_type) * std::max<std::size_t>(s.position_ids.size(), 1));
-  const std::size_t off_region = b.arena.add("seq_offsets", 4 * std::max<std::size_t>(s.seq_offsets.size(), 1));
+      b.arena.add("position_ids", index_size(s.position_ids_type) *
+                                      std::max<std::size_t>(s.position_ids.size(), 1));
+  const std::size_t off_region =
+      b.arena.add("seq_offsets", 4 * std::max<std::size_t>(s.seq_offsets.size(), 1));
   b.status_region = b.arena.add("status", sizeof(DeviceStatus));
   b.arena.finish();
 
@@ -450,7 +486,8 @@ inline void build(Built& b, const Spec& spec) {
     p.cu_seqlens = detail::index_array(b.arena, cu_region, s.cu, IndexType::i32);
   if (s.has_position_ids)
     p.position_ids = detail::index_array(b.arena, pos_region, s.position_ids, s.position_ids_type);
-  if (s.has_seq_offsets) p.seq_offsets = detail::index_array(b.arena, off_region, s.seq_offsets, IndexType::i32);
+  if (s.has_seq_offsets)
+    p.seq_offsets = detail::index_array(b.arena, off_region, s.seq_offsets, IndexType::i32);
   auto* status = reinterpret_cast<DeviceStatus*>(b.arena.at(b.status_region));
   *status = s.initial_status;
 
@@ -478,9 +515,13 @@ inline void run(const harness::Backend& backend, Built& b) {
     case EntryPoint::rope: backend.rope({b.in, b.out, b.rope_args}); break;
     case EntryPoint::rope_inplace: backend.rope_inplace({b.io, b.rope_args}); break;
     case EntryPoint::rope_backward: backend.rope_backward({b.in, b.out, b.rope_args}); break;
-    case EntryPoint::rope_backward_inplace: backend.rope_backward_inplace({b.io, b.rope_args}); break;
+    case EntryPoint::rope_backward_inplace:
+      backend.rope_backward_inplace({b.io, b.rope_args});
+      break;
     case EntryPoint::kv_split: backend.kv_split({b.in0, b.in1, b.out0, b.out1, b.kv_args}); break;
-    case EntryPoint::kv_split_backward: backend.kv_split_backward({b.in0, b.in1, b.out0, b.out1, b.kv_args}); break;
+    case EntryPoint::kv_split_backward:
+      backend.kv_split_backward({b.in0, b.in1, b.out0, b.out1, b.kv_args});
+      break;
   }
 }
 
@@ -505,7 +546,8 @@ void run_then_finish(Call&& call, Finish&& finish) {
 /// The backend of a test parameter, or a skip reason when it is not available here.
 inline bool backend_available(const std::string& name, std::string* why) {
   if (name == "cuda" && !cuda_device_available()) {
-    *why = "no CUDA device here (mlarope::cuda_device_available() is false): the cuda backend is not tested";
+    *why = "no CUDA device here (mlarope::cuda_device_available() is false): the cuda backend is "
+           "not tested";
     return false;
   }
   return true;

@@ -43,7 +43,8 @@ RopeArgs rope_args(const Case& c, DeviceStatus* status) {
 }
 
 KvSplitArgs kv_args(const Case& c, DeviceStatus* status) {
-  return {c.config.k_dim, c.config.v_dim, c.config.emb_dim, rotation_of(c), positions_of(c), status};
+  return {c.config.k_dim, c.config.v_dim,  c.config.emb_dim,
+          rotation_of(c), positions_of(c), status};
 }
 
 void run_rope(const Case& c, const Backend& b, CaseOutputs& o) {
@@ -79,7 +80,8 @@ void run_kv_split(const Case& c, const Backend& b, CaseOutputs& o) {
 void run_kv_split_backward(const Case& c, const Backend& b, CaseOutputs& o) {
   const npy::Array& grad_key = input(c, "grad_key");
   const std::int64_t heads = grad_key.shape[grad_key.shape.size() - 2];
-  npy::Array grad_kv = make_output(c, with_head_dims(grad_key, heads, c.config.k_dim + c.config.v_dim));
+  npy::Array grad_kv =
+      make_output(c, with_head_dims(grad_key, heads, c.config.k_dim + c.config.v_dim));
   npy::Array grad_k_pe = make_output(c, with_head_dims(grad_key, 1, c.config.emb_dim));
   b.kv_split_backward({activation(c, "grad_key"), activation(c, "grad_value"),
                        view_of(grad_kv, c.config.dtype), view_of(grad_k_pe, c.config.dtype),
@@ -144,8 +146,10 @@ std::int64_t minimum_bytes(const Case& c) {
     const auto it = c.arrays.find(name);
     return it == c.arrays.end() ? 0 : static_cast<std::int64_t>(it->second.bytes.size());
   };
-  const char* activation = k.op == Op::rope ? "t" : k.op == Op::rope_backward ? "grad_out"
-                         : k.op == Op::kv_split ? "kv" : "grad_key";
+  const char* activation = k.op == Op::rope            ? "t"
+                           : k.op == Op::rope_backward ? "grad_out"
+                           : k.op == Op::kv_split      ? "kv"
+                                                       : "grad_key";
   const auto it = c.arrays.find(activation);
   if (it == c.arrays.end() || it->second.shape.empty()) return 0;
   const std::vector<std::int64_t>& shape = it->second.shape;
@@ -155,13 +159,15 @@ std::int64_t minimum_bytes(const Case& c) {
   // A table row per row at most, and no more than the tables hold (short THD sequences share
   // their rows; YaRN cases make their tables rather than ship them).
   std::int64_t total = 2 * rows * k.emb_dim * static_cast<std::int64_t>(dtype_size(k.table_dtype));
-  if (const std::int64_t tables = bytes_of("cos") + bytes_of("sin"); tables > 0) total = std::min(total, tables);
+  if (const std::int64_t tables = bytes_of("cos") + bytes_of("sin"); tables > 0)
+    total = std::min(total, tables);
   total += bytes_of("cu_seqlens") + bytes_of("position_ids") + bytes_of("seq_offsets");
   const bool rope_family = k.op == Op::rope || k.op == Op::rope_backward;
   if (rope_family && k.in_place) return total + 2 * rows * heads * k.emb_dim * size;
   if (rope_family) return total + 2 * bytes_of(activation);
   if (k.op == Op::kv_split)  // read kv and k_pe; write key and value
-    return total + bytes_of("kv") + bytes_of("k_pe") + rows * heads * (k.k_dim + k.emb_dim + k.v_dim) * size;
+    return total + bytes_of("kv") + bytes_of("k_pe") +
+           rows * heads * (k.k_dim + k.emb_dim + k.v_dim) * size;
   // kv_split_backward: read grad_key and grad_value; write grad_kv and grad_k_pe
   return total + bytes_of("grad_key") + bytes_of("grad_value") +
          rows * (heads * (k.k_dim + k.v_dim) + k.emb_dim) * size;

@@ -59,9 +59,9 @@ Rotation rotation_of(const Case& c);
 /// Run the case's op on `backend`; outputs are in the activation dtype.
 CaseOutputs run_case(const Case& c, const Backend& backend);
 
-/// The minimum memory traffic of a case's op (the performance model of docs/architecture.md): every input read
-/// once and every output written once (in place: only the rope slices, read and written), and
-/// one cos and one sin row per activation row.
+/// The minimum memory traffic of a case's op (the performance model of docs/architecture.md): every
+/// input read once and every output written once (in place: only the rope slices, read and
+/// written), and one cos and one sin row per activation row.
 std::int64_t minimum_bytes(const Case& c);
 
 }  // namespace mlarope::harness

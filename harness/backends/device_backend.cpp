@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backends/device_backend.h"
 
-#include "backends/device_mirror.h"
-
 #include <memory>
 #include <vector>
 
+#include "backends/device_mirror.h"
 #include "mlarope/error.h"
 #include "mlarope/validate.h"
 
@@ -14,7 +13,7 @@ namespace {
 
 // Run `op(call, stream)` and wait for it, except while capturing (a graph records it).
 template <class Call, class Op>
-std::function<void(const Call&)> on_stream(std::shared_ptr<Stream> stream, Op op) {
+std::function<void(const Call&)> on_stream(const std::shared_ptr<Stream>& stream, Op op) {
   return [stream, op](const Call& call) {
     op(call, *stream);
     if (!stream->capturing()) stream->synchronize();
@@ -32,18 +31,24 @@ Backend host_backend(std::uint64_t order_seed, HostMode mode, std::int64_t model
   Backend b;
   b.name = mode == HostMode::gpu_model ? "host" : "host-fast";
   b.rope = on_stream<RopeCall>(stream, [](const RopeCall& c, Stream& s) { mlarope::rope(c, s); });
-  b.rope_inplace = on_stream<RopeInplaceCall>(
-      stream, [](const RopeInplaceCall& c, Stream& s) { mlarope::rope_inplace(c, s); });
-  b.rope_backward = on_stream<RopeBackwardCall>(
-      stream, [](const RopeBackwardCall& c, Stream& s) { mlarope::rope_backward(c, s); });
-  b.rope_backward_inplace = on_stream<RopeBackwardInplaceCall>(
-      stream, [](const RopeBackwardInplaceCall& c, Stream& s) { mlarope::rope_backward_inplace(c, s); });
-  b.kv_split = on_stream<KvSplitCall>(
-      stream, [](const KvSplitCall& c, Stream& s) { mlarope::kv_split(c, s); });
+  b.rope_inplace = on_stream<RopeInplaceCall>(stream, [](const RopeInplaceCall& c, Stream& s) {
+    mlarope::rope_inplace(c, s);
+  });
+  b.rope_backward = on_stream<RopeBackwardCall>(stream, [](const RopeBackwardCall& c, Stream& s) {
+    mlarope::rope_backward(c, s);
+  });
+  b.rope_backward_inplace =
+      on_stream<RopeBackwardInplaceCall>(stream, [](const RopeBackwardInplaceCall& c, Stream& s) {
+        mlarope::rope_backward_inplace(c, s);
+      });
+  b.kv_split = on_stream<KvSplitCall>(stream, [](const KvSplitCall& c, Stream& s) {
+    mlarope::kv_split(c, s);
+  });
   b.kv_split_backward = on_stream<KvSplitBackwardCall>(
       stream, [](const KvSplitBackwardCall& c, Stream& s) { mlarope::kv_split_backward(c, s); });
-  b.yarn_tables = on_stream<YarnTablesCall>(
-      stream, [](const YarnTablesCall& c, Stream& s) { mlarope::yarn_tables(c, s); });
+  b.yarn_tables = on_stream<YarnTablesCall>(stream, [](const YarnTablesCall& c, Stream& s) {
+    mlarope::yarn_tables(c, s);
+  });
   b.with_order_seed = [mode, model_block_stride](std::uint64_t seed) {
     return host_backend(seed, mode, model_block_stride);
   };
@@ -87,7 +92,8 @@ Backend cuda_backend() {
   b.rope_backward = [stream](const RopeBackwardCall& c) {
     validate(c);  // on the host views: overlap and the rest judged as the caller gave them
     DeviceMirror m;
-    RopeBackwardCall d{m.mirror(c.grad_out, false), m.mirror(c.grad_t, true), m.mirror_args(c.args)};
+    RopeBackwardCall d{m.mirror(c.grad_out, false), m.mirror(c.grad_t, true),
+                       m.mirror_args(c.args)};
     mlarope::rope_backward(d, *stream);
     m.finish(*stream);
   };
@@ -110,7 +116,8 @@ Backend cuda_backend() {
     validate(c);  // on the host views: overlap and the rest judged as the caller gave them
     DeviceMirror m;
     KvSplitBackwardCall d{m.mirror(c.grad_key, false), m.mirror(c.grad_value, false),
-                          m.mirror(c.grad_kv, true), m.mirror(c.grad_k_pe, true), m.mirror_args(c.args)};
+                          m.mirror(c.grad_kv, true), m.mirror(c.grad_k_pe, true),
+                          m.mirror_args(c.args)};
     mlarope::kv_split_backward(d, *stream);
     m.finish(*stream);
   };

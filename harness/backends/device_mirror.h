@@ -89,7 +89,8 @@ class DeviceMirror {
     const CopyPlacement at = place_copy(host, bytes);
     buffers_.emplace_back(BackendKind::cuda, at.buffer_bytes);
     buffers_.back().copy_from_host(host, bytes, at.offset);
-    if (output) copy_back_.push_back({const_cast<void*>(host), bytes, buffers_.size() - 1, at.offset});
+    if (output)
+      copy_back_.push_back({const_cast<void*>(host), bytes, buffers_.size() - 1, at.offset});
     return static_cast<char*>(buffers_.back().data()) + at.offset;
   }
   std::vector<DeviceBuffer> buffers_;

@@ -67,8 +67,8 @@ void fill_shared(mlarope_call& c, const Rotation& r, const Positions& p, DeviceS
   c.status = status;
 }
 
-mlarope_call rope_family_call(int32_t op, bool in_place, const ConstTensorView& in, const TensorView& out,
-                              const RopeArgs& a) {
+mlarope_call rope_family_call(int32_t op, bool in_place, const ConstTensorView& in,
+                              const TensorView& out, const RopeArgs& a) {
   mlarope_call c{};
   fill_shared(c, a.rotation, a.positions, a.status);
   c.op = op;
@@ -114,15 +114,16 @@ struct Library {
 // Run `call` through `entry`: Unsupported when the plugin declines it or lacks the op, Error
 // (with the plugin's own message) when the call fails.
 void run(const Library& lib, int (*entry)(const mlarope_call*), const mlarope_call& call) {
-  const std::string what = std::string(to_string(static_cast<Op>(call.op))) + (call.in_place ? " in place" : "");
+  const std::string what =
+      std::string(to_string(static_cast<Op>(call.op))) + (call.in_place ? " in place" : "");
   if (entry == nullptr) throw Unsupported(what + " is not provided by plugin " + lib.table->name);
   const char* reason = nullptr;
   if (lib.table->supports && lib.table->supports(&call, &reason) == 0)
     throw Unsupported(what + ": " + (reason ? reason : "declined by the plugin"));
   if (entry(&call) != 0) {
     const char* message = lib.table->last_error ? lib.table->last_error() : nullptr;
-    throw Error("plugin " + std::string(lib.table->name) + ", " + what + " failed: " +
-                (message ? message : "(no message: last_error is NULL)"));
+    throw Error("plugin " + std::string(lib.table->name) + ", " + what +
+                " failed: " + (message ? message : "(no message: last_error is NULL)"));
   }
 }
 
@@ -132,25 +133,30 @@ std::shared_ptr<Library> open_library(const std::string& path) {
   lib->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib->handle == nullptr) {
     const char* why = dlerror();
-    throw Error("--backend plugin:" + path + ": cannot load the library (" + (why ? why : "dlopen failed") + ")");
+    throw Error("--backend plugin:" + path + ": cannot load the library (" +
+                (why ? why : "dlopen failed") + ")");
   }
   void* symbol = dlsym(lib->handle, MLAROPE_PLUGIN_ENTRY);
   if (symbol == nullptr)
-    throw Error("--backend plugin:" + path + ": the library has no symbol " MLAROPE_PLUGIN_ENTRY
+    throw Error("--backend plugin:" + path +
+                ": the library has no symbol " MLAROPE_PLUGIN_ENTRY
                 " (see include/mlarope/plugin.h)");
   const auto entry = reinterpret_cast<mlarope_plugin_entry_fn>(symbol);
   lib->table = entry();
   const mlarope_plugin* t = lib->table;
-  if (t == nullptr) throw Error("--backend plugin:" + path + ": " MLAROPE_PLUGIN_ENTRY " returned NULL");
+  if (t == nullptr)
+    throw Error("--backend plugin:" + path + ": " MLAROPE_PLUGIN_ENTRY " returned NULL");
   if (t->abi_version != MLAROPE_PLUGIN_ABI_VERSION)
     throw Error("--backend plugin:" + path + ": ABI version " + std::to_string(t->abi_version) +
                 ", this harness speaks version " + std::to_string(MLAROPE_PLUGIN_ABI_VERSION));
   if (t->struct_size < sizeof(mlarope_plugin))
-    throw Error("--backend plugin:" + path + ": mlarope_plugin of " + std::to_string(t->struct_size) +
-                " bytes, version 1 has " + std::to_string(sizeof(mlarope_plugin)));
+    throw Error("--backend plugin:" + path + ": mlarope_plugin of " +
+                std::to_string(t->struct_size) + " bytes, version 1 has " +
+                std::to_string(sizeof(mlarope_plugin)));
   if (t->name == nullptr) throw Error("--backend plugin:" + path + ": mlarope_plugin.name is NULL");
   if (t->memory != MLAROPE_MEMORY_HOST && t->memory != MLAROPE_MEMORY_CUDA)
-    throw Error("--backend plugin:" + path + ": mlarope_plugin.memory is " + std::to_string(t->memory) +
+    throw Error("--backend plugin:" + path + ": mlarope_plugin.memory is " +
+                std::to_string(t->memory) +
                 ", neither MLAROPE_MEMORY_HOST nor MLAROPE_MEMORY_CUDA");
   if (t->memory == MLAROPE_MEMORY_CUDA && !cuda_device_available())
     throw Error("--backend plugin:" + path + ": plugin " + t->name +
@@ -202,7 +208,8 @@ Backend plugin_backend(const std::string& path) {
   b.rope = [p, t](const RopeCall& c) {
     validate(c);  // on the host views, as the caller gave them
     run_placed(p, t->rope, [&](const Placer& at) {
-      return rope_family_call(MLAROPE_OP_ROPE, false, at(c.t, false), at(c.out, true), at.args(c.args));
+      return rope_family_call(MLAROPE_OP_ROPE, false, at(c.t, false), at(c.out, true),
+                              at.args(c.args));
     });
   };
   b.rope_inplace = [p, t](const RopeInplaceCall& c) {
@@ -215,8 +222,8 @@ Backend plugin_backend(const std::string& path) {
   b.rope_backward = [p, t](const RopeBackwardCall& c) {
     validate(c);
     run_placed(p, t->rope, [&](const Placer& at) {
-      return rope_family_call(MLAROPE_OP_ROPE_BACKWARD, false, at(c.grad_out, false), at(c.grad_t, true),
-                              at.args(c.args));
+      return rope_family_call(MLAROPE_OP_ROPE_BACKWARD, false, at(c.grad_out, false),
+                              at(c.grad_t, true), at.args(c.args));
     });
   };
   b.rope_backward_inplace = [p, t](const RopeBackwardInplaceCall& c) {

@@ -8,8 +8,8 @@
 
 #include "checks/check_context.h"
 #include "checks/compare.h"
-#include "positions.h"
 #include "checks/tolerance.h"
+#include "positions.h"
 
 namespace mlarope::harness::detail {
 namespace {
@@ -43,7 +43,8 @@ std::string non_unit_reason(const Case& c) {
       for (const char* name : {"cos", "sin"})
         if (table_at(c, name, r, t.u) != table_at(c, name, r, t.v))
           return std::string(name) + " row " + std::to_string(r) + " pair " + std::to_string(i) +
-                 ": " + number(table_at(c, name, r, t.u)) + " vs " + number(table_at(c, name, r, t.v));
+                 ": " + number(table_at(c, name, r, t.u)) + " vs " +
+                 number(table_at(c, name, r, t.v));
     }
   return "";
 }
@@ -69,7 +70,8 @@ class RoundTripJudge {
         const bool pass = map.freq_row[row] == reference::RowMap::kPassThrough;
         for (std::int64_t d = 0; d < (pass ? width : k.nope_dim); ++d) exact(base + d);
         if (!pass)
-          for (std::int64_t i = 0; i < k.emb_dim / 2; ++i) pair(base + k.nope_dim, map.freq_row[row], i);
+          for (std::int64_t i = 0; i < k.emb_dim / 2; ++i)
+            pair(base + k.nope_dim, map.freq_row[row], i);
       }
     return result();
   }
@@ -96,7 +98,8 @@ class RoundTripJudge {
     const double xu = value_at(x_, dtype_, base + in.u), xv = value_at(x_, dtype_, base + in.v);
     const double y_ulps = ulp_of(dtype_, value_at(y_, dtype_, base + out.u)) +
                           ulp_of(dtype_, value_at(y_, dtype_, base + out.v));
-    const double carried = 2 * std::sqrt(n) * y_ulps + 16 * kEpsF32 * n * (std::fabs(xu) + std::fabs(xv));
+    const double carried =
+        2 * std::sqrt(n) * y_ulps + 16 * kEpsF32 * n * (std::fabs(xu) + std::fabs(xv));
     for (std::int64_t slot : {in.u, in.v}) {
       ++count_;
       const double target = n * value_at(x_, dtype_, base + slot);
@@ -122,10 +125,13 @@ class RoundTripJudge {
   CheckResult result() const {
     CheckResult r;
     r.check = CheckKind::round_trip;
-    const std::string n_range = count_ && n_max_ >= n_min_
-        ? "; c^2 + s^2 (= m^2) in [" + number(n_min_) + ", " + number(n_max_) + "]" : "";
+    const std::string n_range =
+        count_ && n_max_ >= n_min_
+            ? "; c^2 + s^2 (= m^2) in [" + number(n_min_) + ", " + number(n_max_) + "]"
+            : "";
     if (failures_ == 0) {
-      r.message = "inverse(forward(x)) == (c^2 + s^2) x over " + std::to_string(count_) + " elements" + n_range;
+      r.message = "inverse(forward(x)) == (c^2 + s^2) x over " + std::to_string(count_) +
+                  " elements" + n_range;
       return r;
     }
     r.outcome = Outcome::fail;
@@ -134,10 +140,11 @@ class RoundTripJudge {
     r.expected = worst_expected_;
     r.got = worst_got_;
     r.ulps = std::fabs(worst_got_ - worst_expected_) / ulp_of(dtype_, worst_expected_);
-    r.message = "inverse(forward(x)) at " + element_string(r) + ": expected (c^2 + s^2) x = " +
-                number(worst_expected_) + ", got " + number(worst_got_) + " (" + number(r.ulps) +
-                " ulp, " + worst_note_ + "); " + std::to_string(failures_) + " of " +
-                std::to_string(count_) + " elements wrong" + n_range;
+    r.message = "inverse(forward(x)) at " + element_string(r) +
+                ": expected (c^2 + s^2) x = " + number(worst_expected_) + ", got " +
+                number(worst_got_) + " (" + number(r.ulps) + " ulp, " + worst_note_ + "); " +
+                std::to_string(failures_) + " of " + std::to_string(count_) + " elements wrong" +
+                n_range;
     return r;
   }
 
@@ -148,7 +155,8 @@ class RoundTripJudge {
   DType dtype_;
   std::int64_t count_ = 0, failures_ = 0, worst_ = 0;
   double worst_ratio_ = -1, worst_expected_ = 0, worst_got_ = 0;
-  double n_min_ = INFINITY, n_max_ = -INFINITY;
+  double n_min_ = std::numeric_limits<double>::infinity(),
+         n_max_ = -std::numeric_limits<double>::infinity();
   std::string worst_note_;
 };
 
@@ -167,7 +175,8 @@ Dot dot(const npy::Array& a, const npy::Array& b, DType dtype) {
 }
 
 // sum |w_i| * (ulp(z_i) + terms_i): how far <z, w> may be from exact.
-double allowance(const npy::Array& z, const npy::Array& w, const std::vector<double>& terms, DType dtype) {
+double allowance(const npy::Array& z, const npy::Array& w, const std::vector<double>& terms,
+                 DType dtype) {
   double a = 0;
   for (std::int64_t i = 0; i < z.size(); ++i)
     a += std::fabs(value_at(w, dtype, i)) * (ulp_of(dtype, value_at(z, dtype, i)) + terms[i]);
@@ -175,14 +184,15 @@ double allowance(const npy::Array& z, const npy::Array& w, const std::vector<dou
 }
 
 // One side of an adjoint identity: an input the case has, or random data.
-npy::Array input_or_random(const Case& c, const char* name, bool own, std::vector<std::int64_t> shape,
-                           std::uint64_t seed) {
+npy::Array input_or_random(const Case& c, const char* name, bool own,
+                           std::vector<std::int64_t> shape, std::uint64_t seed) {
   if (own) return c.arrays.at(name);
   npy::Array like = npy::make(storage_dtype(c.config.dtype), std::move(shape));
   return random_like(like, c.config.dtype, seed);
 }
 
-std::vector<std::int64_t> with_last(std::vector<std::int64_t> shape, std::int64_t heads, std::int64_t last) {
+std::vector<std::int64_t> with_last(std::vector<std::int64_t> shape, std::int64_t heads,
+                                    std::int64_t last) {
   shape[shape.size() - 2] = heads;
   shape.back() = last;
   return shape;
@@ -222,8 +232,9 @@ bool side_output(CheckContext& ctx, const Case& side, const char* label, CaseOut
 // The adjoint check's result when a side run did not run.
 CheckResult side_failed(const std::string& error, const std::string& unsupported) {
   if (!unsupported.empty())
-    return skipped(CheckKind::adjoint, "not applicable: the backend declines the other direction (" +
-                                           unsupported + ")");
+    return skipped(CheckKind::adjoint,
+                   "not applicable: the backend declines the other direction (" + unsupported +
+                       ")");
   return failed(CheckKind::adjoint, "the backend threw: " + error);
 }
 
@@ -237,7 +248,8 @@ CheckResult adjoint_rope(CheckContext& ctx) {
   f.arrays.erase("grad_out");
   b.arrays.erase("t");
   f.arrays["t"] = input_or_random(c, "t", forward, own.shape, ctx.options().seed * 2 + 1);
-  b.arrays["grad_out"] = input_or_random(c, "grad_out", !forward, own.shape, ctx.options().seed * 2 + 2);
+  b.arrays["grad_out"] =
+      input_or_random(c, "grad_out", !forward, own.shape, ctx.options().seed * 2 + 2);
   CaseOutputs fo, bo;
   std::string error;
   std::string unsupported;
@@ -266,10 +278,13 @@ CheckResult adjoint_kv(CheckContext& ctx) {
   b.config.op = Op::kv_split_backward;
   for (const char* n : {"grad_key", "grad_value"}) f.arrays.erase(n);
   for (const char* n : {"kv", "k_pe"}) b.arrays.erase(n);
-  f.arrays["kv"] = input_or_random(c, "kv", forward, with_last(rows, heads, k.k_dim + k.v_dim), s + 1);
+  f.arrays["kv"] =
+      input_or_random(c, "kv", forward, with_last(rows, heads, k.k_dim + k.v_dim), s + 1);
   f.arrays["k_pe"] = input_or_random(c, "k_pe", forward, with_last(rows, 1, k.emb_dim), s + 2);
-  b.arrays["grad_key"] = input_or_random(c, "grad_key", !forward, with_last(rows, heads, k.k_dim + k.emb_dim), s + 3);
-  b.arrays["grad_value"] = input_or_random(c, "grad_value", !forward, with_last(rows, heads, k.v_dim), s + 4);
+  b.arrays["grad_key"] =
+      input_or_random(c, "grad_key", !forward, with_last(rows, heads, k.k_dim + k.emb_dim), s + 3);
+  b.arrays["grad_value"] =
+      input_or_random(c, "grad_value", !forward, with_last(rows, heads, k.v_dim), s + 4);
   CaseOutputs fo, bo;
   std::string error;
   std::string unsupported;
@@ -282,12 +297,15 @@ CheckResult adjoint_kv(CheckContext& ctx) {
   const npy::Array &kv = f.arrays.at("kv"), &k_pe = f.arrays.at("k_pe");
   const npy::Array &key = fo.arrays.at("key"), &value = fo.arrays.at("value");
   const npy::Array &g_kv = bo.arrays.at("grad_kv"), &g_k_pe = bo.arrays.at("grad_k_pe");
-  const Dot l1 = dot(key, gk, dt), l2 = dot(value, gv, dt), r1 = dot(kv, g_kv, dt), r2 = dot(k_pe, g_k_pe, dt);
-  const double tol = allowance(key, gk, ft.at("key"), dt) + allowance(value, gv, ft.at("value"), dt) +
-                     allowance(g_kv, kv, bt.at("grad_kv"), dt) + allowance(g_k_pe, k_pe, bt.at("grad_k_pe"), dt) +
-                     1e-12 * (l1.magnitude + l2.magnitude + r1.magnitude + r2.magnitude);
-  return adjoint_result(l1.sum + l2.sum, r1.sum + r2.sum, tol,
-                        "<kv_split(kv, k_pe), (gk, gv)> vs <(kv, k_pe), kv_split_backward(gk, gv)>");
+  const Dot l1 = dot(key, gk, dt), l2 = dot(value, gv, dt), r1 = dot(kv, g_kv, dt),
+            r2 = dot(k_pe, g_k_pe, dt);
+  const double tol =
+      allowance(key, gk, ft.at("key"), dt) + allowance(value, gv, ft.at("value"), dt) +
+      allowance(g_kv, kv, bt.at("grad_kv"), dt) + allowance(g_k_pe, k_pe, bt.at("grad_k_pe"), dt) +
+      1e-12 * (l1.magnitude + l2.magnitude + r1.magnitude + r2.magnitude);
+  return adjoint_result(
+      l1.sum + l2.sum, r1.sum + r2.sum, tol,
+      "<kv_split(kv, k_pe), (gk, gv)> vs <(kv, k_pe), kv_split_backward(gk, gv)>");
 }
 
 }  // namespace
@@ -303,45 +321,54 @@ std::string non_finite_reason(CheckContext& ctx) {
     return true;
   };
   for (const char* name : {"t", "grad_out", "kv", "k_pe", "grad_key", "grad_value"})
-    if (c.arrays.count(name) && !finite(c.arrays.at(name))) return std::string(name) + " holds infinities or NaNs";
+    if (c.arrays.count(name) && !finite(c.arrays.at(name)))
+      return std::string(name) + " holds infinities or NaNs";
   for (const auto& [name, a] : ctx.expected().arrays)
     if (!finite(a)) return "the reference's " + name + " holds infinities or NaNs";
   return "";
 }
 
 CheckResult not_finite(CheckKind kind, const std::string& reason) {
-  return skipped(kind, "not applicable: " + reason + " (no inverse or inner product of them to judge)");
+  return skipped(kind,
+                 "not applicable: " + reason + " (no inverse or inner product of them to judge)");
 }
 
 CheckResult check_round_trip(CheckContext& ctx) {
   const Case& c = ctx.kase();
   const CaseConfig& k = c.config;
   if (!is_rope_family(k.op))
-    return skipped(CheckKind::round_trip, std::string(to_string(k.op)) +
-                                              " has no inverse of the same op (the adjoint check covers it)");
-  if (const std::string why = non_finite_reason(ctx); !why.empty()) return not_finite(CheckKind::round_trip, why);
+    return skipped(CheckKind::round_trip,
+                   std::string(to_string(k.op)) +
+                       " has no inverse of the same op (the adjoint check covers it)");
+  if (const std::string why = non_finite_reason(ctx); !why.empty())
+    return not_finite(CheckKind::round_trip, why);
   const std::string reason = non_unit_reason(c);
   if (!reason.empty())
     return skipped(CheckKind::round_trip, "the table is not unit (" + reason +
                                               "): only unit tables invert with swapped layouts");
   const RunResult& first = ctx.primary();
-  if (!first.error.empty()) return failed(CheckKind::round_trip, "the forward call threw: " + first.error);
+  if (!first.error.empty())
+    return failed(CheckKind::round_trip, "the forward call threw: " + first.error);
   Case inverse = c;
   inverse.config.inverse = !k.inverse;
   std::swap(inverse.config.in_layout, inverse.config.out_layout);
   inverse.arrays[rope_input(k.op)] = first.outputs.arrays.at(rope_output(k.op));
-  const RunResult second = ctx.run(inverse, k.in_place, Fill::poison_a, "the round trip's inverse run");
+  const RunResult second =
+      ctx.run(inverse, k.in_place, Fill::poison_a, "the round trip's inverse run");
   if (!second.unsupported.empty())
-    return skipped(CheckKind::round_trip, "not applicable: the backend declines the inverse (" +
-                                              second.unsupported + ")");
-  if (!second.error.empty()) return failed(CheckKind::round_trip, "the inverse call threw: " + second.error);
-  return RoundTripJudge(c, c.arrays.at(rope_input(k.op)), first.outputs.arrays.at(rope_output(k.op)),
+    return skipped(CheckKind::round_trip,
+                   "not applicable: the backend declines the inverse (" + second.unsupported + ")");
+  if (!second.error.empty())
+    return failed(CheckKind::round_trip, "the inverse call threw: " + second.error);
+  return RoundTripJudge(c, c.arrays.at(rope_input(k.op)),
+                        first.outputs.arrays.at(rope_output(k.op)),
                         second.outputs.arrays.at(rope_output(k.op)))
       .judge();
 }
 
 CheckResult check_adjoint(CheckContext& ctx) {
-  if (const std::string why = non_finite_reason(ctx); !why.empty()) return not_finite(CheckKind::adjoint, why);
+  if (const std::string why = non_finite_reason(ctx); !why.empty())
+    return not_finite(CheckKind::adjoint, why);
   return is_rope_family(ctx.kase().config.op) ? adjoint_rope(ctx) : adjoint_kv(ctx);
 }
 

@@ -37,7 +37,9 @@ std::vector<Storage>& registry() {
 // After ASan's report of a bad access, the tensor it touched (then ASan aborts).
 void after_report(const char*) {
   const std::string where = describe(__asan_get_report_address());
-  if (!where.empty()) std::fprintf(stderr, "mlarope: the bad access is in the guarded storage of %s\n", where.c_str());
+  if (!where.empty())
+    std::fprintf(stderr, "mlarope: the bad access is in the guarded storage of %s\n",
+                 where.c_str());
 }
 #endif
 
@@ -49,7 +51,8 @@ Suspended::Suspended() { ++g_suspended; }
 Suspended::~Suspended() { --g_suspended; }
 
 void poison(const std::byte* begin, const std::byte* end, const std::byte* first_element,
-            const std::vector<std::pair<std::int64_t, std::int64_t>>& elements, const std::string& name) {
+            const std::vector<std::pair<std::int64_t, std::int64_t>>& elements,
+            const std::string& name) {
 #if MLAROPE_ASAN
   if (g_suspended.load() > 0) return;
   static std::once_flag installed;
@@ -87,7 +90,8 @@ std::string describe(const void* address) {
     if (a < s.begin || a >= s.end) continue;
     const std::string tensor = "tensor '" + s.name + "'";
     if (a < s.first_element)
-      return tensor + ": " + std::to_string(s.first_element - a) + " bytes before the view's first element (its guard)";
+      return tensor + ": " + std::to_string(s.first_element - a) +
+             " bytes before the view's first element (its guard)";
     if (a >= s.last_element_end)
       return tensor + ": " + std::to_string(a - s.last_element_end) +
              " bytes past the end of the view's last element (its guard)";

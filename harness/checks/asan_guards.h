@@ -23,7 +23,8 @@ bool enabled();
 /// `first_element`. ASan poisons 8-byte granules: a granule that holds an element stays
 /// addressable before that element within the granule (never after it).
 void poison(const std::byte* begin, const std::byte* end, const std::byte* first_element,
-            const std::vector<std::pair<std::int64_t, std::int64_t>>& elements, const std::string& name);
+            const std::vector<std::pair<std::int64_t, std::int64_t>>& elements,
+            const std::string& name);
 
 /// While one lives, poison() does nothing: for the tests of the checks' own findings (a write
 /// into a guard is a bounds finding in every build), which ASan would stop first.

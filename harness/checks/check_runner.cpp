@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "checks/check_context.h"
-#include "mlarope/error.h"
 #include "host_convert.h"
+#include "mlarope/error.h"
 
 namespace mlarope::harness {
 namespace detail {
@@ -108,11 +108,12 @@ CheckResult CheckContext::audit_result(CheckKind kind) const {
   std::string where;
   if (!r.index.empty()) {
     where = " at [";
-    for (std::size_t d = 0; d < r.index.size(); ++d) where += (d ? ", " : "") + std::to_string(r.index[d]);
+    for (std::size_t d = 0; d < r.index.size(); ++d)
+      where += (d ? ", " : "") + std::to_string(r.index[d]);
     where += "]";
   }
-  r.message = label + " " + first->message + where + "; " + std::to_string(r.failures) +
-              " finding(s)";
+  r.message =
+      label + " " + first->message + where + "; " + std::to_string(r.failures) + " finding(s)";
   return r;
 }
 
@@ -131,7 +132,8 @@ CheckResult check_value(CheckContext& ctx, UlpHistogram& histogram) {
 
 CheckResult check_determinism(CheckContext& ctx) {
   const RunResult& p = ctx.primary();
-  const RunResult second = ctx.run(ctx.kase(), ctx.kase().config.in_place, Fill::poison_b, "the second run");
+  const RunResult second =
+      ctx.run(ctx.kase(), ctx.kase().config.in_place, Fill::poison_b, "the second run");
   if (!p.error.empty() || !second.error.empty())
     return failed(CheckKind::determinism, "the backend threw: " + p.error + second.error);
   return compare_bitwise(ctx.kase(), p.outputs, second.outputs, CheckKind::determinism,
@@ -141,7 +143,8 @@ CheckResult check_determinism(CheckContext& ctx) {
 CheckResult check_in_place(CheckContext& ctx) {
   const Case& c = ctx.kase();
   if (!detail::is_rope_family(c.config.op))
-    return skipped(CheckKind::in_place, std::string(to_string(c.config.op)) + " has no in-place form");
+    return skipped(CheckKind::in_place,
+                   std::string(to_string(c.config.op)) + " has no in-place form");
   const bool other_mode = !c.config.in_place;
   const RunResult& p = ctx.primary();
   const RunResult other = ctx.run(c, other_mode, Fill::poison_b,
@@ -157,7 +160,8 @@ CheckResult check_in_place(CheckContext& ctx) {
 
 CheckResult check_order(CheckContext& ctx) {
   if (!ctx.backend().with_order_seed)
-    return skipped(CheckKind::order_independence, "backend " + ctx.backend().name + " has no with_order_seed");
+    return skipped(CheckKind::order_independence,
+                   "backend " + ctx.backend().name + " has no with_order_seed");
   const RunResult& p = ctx.primary();
   for (std::uint64_t k = 1; k <= 2; ++k) {
     const std::uint64_t seed = ctx.options().seed * 2 + k;
@@ -165,14 +169,17 @@ CheckResult check_order(CheckContext& ctx) {
     try {
       ordered = ctx.backend().with_order_seed(seed);
     } catch (const std::exception& e) {
-      return failed(CheckKind::order_independence, std::string("with_order_seed threw: ") + e.what());
+      return failed(CheckKind::order_independence,
+                    std::string("with_order_seed threw: ") + e.what());
     }
     const std::string label = "order seed " + std::to_string(seed);
-    const RunResult r = ctx.run(ctx.kase(), ctx.kase().config.in_place, Fill::poison_b, "the run with " + label, &ordered);
+    const RunResult r = ctx.run(ctx.kase(), ctx.kase().config.in_place, Fill::poison_b,
+                                "the run with " + label, &ordered);
     if (!p.error.empty() || !r.error.empty())
       return failed(CheckKind::order_independence, "the backend threw: " + p.error + r.error);
-    CheckResult cmp = compare_bitwise(ctx.kase(), p.outputs, r.outputs, CheckKind::order_independence,
-                                      label + " vs the default order");
+    CheckResult cmp =
+        compare_bitwise(ctx.kase(), p.outputs, r.outputs, CheckKind::order_independence,
+                        label + " vs the default order");
     if (!cmp.ok() || k == 2) return cmp;
   }
   return skipped(CheckKind::order_independence, "unreachable");
@@ -180,8 +187,8 @@ CheckResult check_order(CheckContext& ctx) {
 
 CheckResult check_coverage(CheckContext& ctx) {
   if (!ctx.saw_out_of_place())
-    return skipped(CheckKind::coverage,
-                   "in place only: the rope slices hold the input until written (the value check covers them)");
+    return skipped(CheckKind::coverage, "in place only: the rope slices hold the input until "
+                                        "written (the value check covers them)");
   return ctx.audit_result(CheckKind::coverage);
 }
 
@@ -207,13 +214,18 @@ CheckReport run_checks(const Case& c, const Backend& backend, const CheckOptions
   if (want(CheckKind::in_place)) results[int(CheckKind::in_place)] = check_in_place(ctx);
   if (want(CheckKind::round_trip)) results[int(CheckKind::round_trip)] = check_round_trip(ctx);
   if (want(CheckKind::adjoint)) results[int(CheckKind::adjoint)] = check_adjoint(ctx);
-  if (want(CheckKind::graph_replay)) results[int(CheckKind::graph_replay)] = check_graph_replay(ctx);
-  if (want(CheckKind::order_independence)) results[int(CheckKind::order_independence)] = check_order(ctx);
-  const bool audits = want(CheckKind::coverage) || want(CheckKind::immutability) || want(CheckKind::bounds);
+  if (want(CheckKind::graph_replay))
+    results[int(CheckKind::graph_replay)] = check_graph_replay(ctx);
+  if (want(CheckKind::order_independence))
+    results[int(CheckKind::order_independence)] = check_order(ctx);
+  const bool audits =
+      want(CheckKind::coverage) || want(CheckKind::immutability) || want(CheckKind::bounds);
   if (audits) ctx.primary();
   if (want(CheckKind::coverage)) results[int(CheckKind::coverage)] = check_coverage(ctx);
-  if (want(CheckKind::immutability)) results[int(CheckKind::immutability)] = ctx.audit_result(CheckKind::immutability);
-  if (want(CheckKind::bounds)) results[int(CheckKind::bounds)] = ctx.audit_result(CheckKind::bounds);
+  if (want(CheckKind::immutability))
+    results[int(CheckKind::immutability)] = ctx.audit_result(CheckKind::immutability);
+  if (want(CheckKind::bounds))
+    results[int(CheckKind::bounds)] = ctx.audit_result(CheckKind::bounds);
   for (CheckKind k : all_checks())
     if (want(k)) report.results.push_back(results[int(k)]);
   report.status = ctx.primary().outputs.status;

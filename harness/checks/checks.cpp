@@ -8,13 +8,14 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "mlarope/error.h"
 #include "checks/value_compare.h"
+#include "mlarope/error.h"
 
 namespace mlarope::harness {
 
 std::vector<CheckKind> all_checks() {
   std::vector<CheckKind> kinds;
+  kinds.reserve(kCheckCount);
   for (int i = 0; i < kCheckCount; ++i) kinds.push_back(static_cast<CheckKind>(i));
   return kinds;
 }
@@ -94,14 +95,16 @@ void FractionHistogram::merge(const FractionHistogram& other) {
 }
 
 std::string_view FractionHistogram::label(int i) {
-  static constexpr std::string_view kLabels[kBuckets] = {"0", "(0,0.125]", "(0.125,0.25]", "(0.25,0.5]",
-                                                         "(0.5,1]", ">1", "non-finite"};
+  static constexpr std::string_view kLabels[kBuckets] = {"0",          "(0,0.125]", "(0.125,0.25]",
+                                                         "(0.25,0.5]", "(0.5,1]",   ">1",
+                                                         "non-finite"};
   return kLabels[i];
 }
 
 std::string_view UlpHistogram::label(int i) {
-  static constexpr std::string_view kLabels[kBuckets] = {
-      "0", "(0,0.5]", "(0.5,1]", "(1,2]", "(2,4]", "(4,8]", "(8,16]", ">16", "non-finite"};
+  static constexpr std::string_view kLabels[kBuckets] = {"0",      "(0,0.5]", "(0.5,1]",
+                                                         "(1,2]",  "(2,4]",   "(4,8]",
+                                                         "(8,16]", ">16",     "non-finite"};
   return kLabels[i];
 }
 
@@ -151,8 +154,9 @@ void read_key(const nlohmann::json& j, const char* key, T& out) {
 }  // namespace
 
 nlohmann::json to_json(const LayoutPlan& p) {
-  return {{"head_gap", p.head_gap}, {"row_gap", p.row_gap}, {"table_gap", p.table_gap},
-          {"guard", p.guard}, {"misalign", p.misalign}, {"broadcast_heads", p.broadcast_heads}};
+  return {{"head_gap", p.head_gap},   {"row_gap", p.row_gap},
+          {"table_gap", p.table_gap}, {"guard", p.guard},
+          {"misalign", p.misalign},   {"broadcast_heads", p.broadcast_heads}};
 }
 
 LayoutPlan layout_plan_from_json(const nlohmann::json& j) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The checks of docs/architecture.md's table "What the harness checks for every case", each returning a
-// structured result (which check, outcome, which element, expected, got, ulps, a message).
+// The checks of docs/architecture.md's table "What the harness checks for every case", each
+// returning a structured result (which check, outcome, which element, expected, got, ulps, a
+// message).
 #pragma once
 
 #include <array>
@@ -11,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "io/case_file.h"
 #include "backends/case_run.h"
+#include "io/case_file.h"
 
 namespace mlarope::harness {
 
@@ -56,12 +57,13 @@ struct CheckResult {
   double expected = std::numeric_limits<double>::quiet_NaN();
   double got = std::numeric_limits<double>::quiet_NaN();
   double ulps = std::numeric_limits<double>::quiet_NaN();  ///< |got - expected| in ulps
-  double max_ulps = 0.0;       ///< value-like checks: the largest error in ulps where the ulp is the measure
+  double max_ulps =
+      0.0;  ///< value-like checks: the largest error in ulps where the ulp is the measure
   /// Value-like checks: the worst |error| / allowed over the elements (1 = at the limit of the
   /// tolerance model; infinite when a copied element differs).
   double max_fraction = 0.0;
-  std::int64_t failures = 0;   ///< elements (or findings) that failed
-  std::string message;         ///< one line: what was found, or why it was skipped
+  std::int64_t failures = 0;  ///< elements (or findings) that failed
+  std::string message;        ///< one line: what was found, or why it was skipped
 
   /// True unless the check failed (a skipped check passes).
   bool ok() const { return outcome != Outcome::fail; }
@@ -116,7 +118,7 @@ struct CheckReport {
   double tolerance_fraction = -1.0;  ///< the value check's max_fraction; -1 when it did not run
   /// Elements of the reference's outputs of each EdgeValue (the value check's count).
   std::array<std::int64_t, kEdgeValueCount> edges{};
-  DeviceStatus status = kStatusOk;   ///< the primary run's status word (docs/semantics.md §5)
+  DeviceStatus status = kStatusOk;  ///< the primary run's status word (docs/semantics.md §5)
   /// Why the backend declined the case ("" when it ran it): no check was run, none failed.
   std::string unsupported;
 
@@ -130,11 +132,11 @@ struct CheckReport {
 
 /// How the check runner lays tensors out: gaps between heads and rows, guard regions.
 struct LayoutPlan {
-  std::int64_t head_gap = 0;     ///< elements between heads (head stride = head size + gap)
-  std::int64_t row_gap = 0;      ///< elements after each (s, b) row and each token row
-  std::int64_t table_gap = 0;    ///< elements after each table row
-  std::int64_t guard = 16;       ///< guard elements before and after every buffer (at least 64 bytes)
-  bool misalign = false;         ///< data starts one element past a 64-byte boundary
+  std::int64_t head_gap = 0;   ///< elements between heads (head stride = head size + gap)
+  std::int64_t row_gap = 0;    ///< elements after each (s, b) row and each token row
+  std::int64_t table_gap = 0;  ///< elements after each table row
+  std::int64_t guard = 16;     ///< guard elements before and after every buffer (at least 64 bytes)
+  bool misalign = false;       ///< data starts one element past a 64-byte boundary
   bool broadcast_heads = false;  ///< out-of-place inputs whose heads are all equal: head stride 0
 };
 

@@ -12,10 +12,10 @@
 #include "checks/asan_guards.h"
 #include "checks/checks.h"
 #include "checks/compare.h"
-#include "mlarope/error.h"
-#include "host_convert.h"
-#include "reference.h"
 #include "checks/strided_call.h"
+#include "host_convert.h"
+#include "mlarope/error.h"
+#include "reference.h"
 
 using namespace mlarope;
 using namespace mlarope::harness;
@@ -32,7 +32,8 @@ std::uint64_t mix(std::uint64_t x) {
 npy::Array random_array(DType dtype, std::vector<std::int64_t> shape, std::uint64_t seed) {
   npy::Array a = npy::make(storage_dtype(dtype), std::move(shape));
   for (std::int64_t i = 0; i < a.size(); ++i)
-    store_rounded(a.bytes.data(), dtype, i, static_cast<double>(mix(seed + i) >> 11) * 0x1.0p-52 - 1.0);
+    store_rounded(a.bytes.data(), dtype, i,
+                  static_cast<double>(mix(seed + i) >> 11) * 0x1.0p-52 - 1.0);
   return a;
 }
 
@@ -69,7 +70,8 @@ struct Shape {
   bool in_place = false, inverse = false, random_table = false;
 };
 
-// SBHD [4, 2, 3, .] or THD (sequences 3 and 2, two padding rows) [7, 3, .]; nope 4, emb 6, k 5, v 3.
+// SBHD [4, 2, 3, .] or THD (sequences 3 and 2, two padding rows) [7, 3, .]; nope 4, emb 6, k 5,
+// v 3.
 Case make_case(const Shape& s) {
   Case c;
   CaseConfig& k = c.config;
@@ -153,7 +155,8 @@ std::vector<Shape> every_shape() {
 TEST(Checks, ReferencePassesEveryCheckWithGapsGuardsAndMisalignment) {
   for (const Shape& s : every_shape()) {
     const Case c = make_case(s);
-    SCOPED_TRACE(std::string(to_string(s.op)) + (s.in_place ? " in place " : " ") + std::string(to_string(s.layout)));
+    SCOPED_TRACE(std::string(to_string(s.op)) + (s.in_place ? " in place " : " ") +
+                 std::string(to_string(s.layout)));
     const CheckReport r = run_checks(c, capable_reference(), gapped());
     EXPECT_TRUE(r.ok()) << format_report(r);
     EXPECT_EQ(r.results.size(), static_cast<std::size_t>(kCheckCount));
@@ -175,7 +178,7 @@ TEST(Checks, PlainReferenceSkipsCaptureAndOrderWithAReason) {
 TEST(Checks, BroadcastHeadsPassForIdenticalHeads) {
   Case c = make_case({});
   npy::Array& t = c.arrays["t"];
-  const std::size_t head = 10 * 2;  // bf16 bytes of one head
+  const std::size_t head = std::size_t{10} * 2;  // bf16 bytes of one head
   for (std::size_t row = 0; row < t.bytes.size(); row += 3 * head)
     for (int h = 1; h < 3; ++h) std::copy_n(&t.bytes[row], head, &t.bytes[row + h * head]);
   CheckOptions o = gapped();
@@ -220,7 +223,7 @@ TEST(Checks, OneCorruptedElementFailsValueAndNamesIt) {
 }
 
 // A backend whose rope moves one element of `out` by one ulp (raw bits + 1).
-Backend one_ulp_off(std::vector<std::int64_t> index) {
+Backend one_ulp_off(const std::vector<std::int64_t>& index) {
   Backend b = reference_backend();
   b.rope = [index](const RopeCall& call) {
     reference::rope(call);
@@ -232,11 +235,13 @@ Backend one_ulp_off(std::vector<std::int64_t> index) {
 }
 
 TEST(Checks, CopiedElementsMustBeBitwiseRotatedOnesWithinTolerance) {
-  const CheckResult copy = run_checks(make_case({}), one_ulp_off({0, 1, 0, 2})).at(CheckKind::value);
+  const CheckResult copy =
+      run_checks(make_case({}), one_ulp_off({0, 1, 0, 2})).at(CheckKind::value);
   ASSERT_EQ(copy.outcome, Outcome::fail);
   EXPECT_EQ(copy.dim, 2);
   EXPECT_NE(copy.message.find("bitwise"), std::string::npos) << copy.message;
-  const CheckResult rotated = run_checks(make_case({}), one_ulp_off({0, 1, 0, 6})).at(CheckKind::value);
+  const CheckResult rotated =
+      run_checks(make_case({}), one_ulp_off({0, 1, 0, 6})).at(CheckKind::value);
   EXPECT_EQ(rotated.outcome, Outcome::pass) << rotated.message;
   EXPECT_GT(rotated.max_ulps, 0.5);
 }
@@ -280,7 +285,8 @@ TEST(Checks, ValueReportsTheErrorAsAFractionOfTheTolerance) {
   const CheckResult v = run_checks(c, half_off).at(CheckKind::value);
   EXPECT_EQ(v.outcome, Outcome::pass) << v.message;
   EXPECT_NEAR(v.max_fraction, 0.5, 0.05) << v.message;
-  EXPECT_LT(v.max_ulps, 1.0) << "an error in the absolute-term regime counted in ulps: " << v.message;
+  EXPECT_LT(v.max_ulps, 1.0) << "an error in the absolute-term regime counted in ulps: "
+                             << v.message;
   EXPECT_LT(std::fabs(expected.arrays.at("out").data<float>()[4]), 1e-6);
 }
 
@@ -295,7 +301,8 @@ TEST(Checks, ExactResultsAllowNoUlpAndTiesRoundToEven) {
   for (std::int64_t i = 0; i < c.arrays.at("cos").size(); ++i) cos[i] = 1.0f, sin[i] = -0x1p-8f;
   npy::Array& t = c.arrays.at("t");
   // Row 0, head 0, pair 0 (interleaved: dims 4 and 5): u = 1 + 2^-7 (odd), v = 1, so
-  // out_u = u - v * sin = 1 + 2^-7 + 2^-8: halfway between 1 + 2^-7 and 1 + 2^-6, to even: 1 + 2^-6.
+  // out_u = u - v * sin = 1 + 2^-7 + 2^-8: halfway between 1 + 2^-7 and 1 + 2^-6, to even: 1 +
+  // 2^-6.
   store_rounded(t.bytes.data(), DType::bf16, 4, 1.0 + 0x1p-7);
   store_rounded(t.bytes.data(), DType::bf16, 5, 1.0);
   const CaseOutputs expected = run_case(c, reference_backend());
@@ -329,7 +336,8 @@ TEST(Checks, DroppedInverseFailsValueAndRoundTrip) {
 TEST(Checks, SkippedElementFailsCoverage) {
   Backend b = reference_backend();
   b.kv_split = [](KvSplitCall call) {
-    npy::Array value = npy::make(storage_dtype(call.value.dtype), {call.value.shape[0], call.value.shape[1], call.value.shape[2]});
+    npy::Array value = npy::make(storage_dtype(call.value.dtype),
+                                 {call.value.shape[0], call.value.shape[1], call.value.shape[2]});
     TensorView real = call.value;
     call.value = view_of(value, call.value.dtype);
     reference::kv_split(call);
@@ -337,7 +345,8 @@ TEST(Checks, SkippedElementFailsCoverage) {
       for (std::int64_t h = 0; h < real.shape[1]; ++h)
         for (std::int64_t d = 0; d < real.shape[2]; ++d)
           if (!(t == 6 && h == 1 && d == 2))
-            std::memcpy(static_cast<char*>(real.data) + 2 * (t * real.strides[0] + h * real.strides[1] + d),
+            std::memcpy(static_cast<char*>(real.data) +
+                            2 * (t * real.strides[0] + h * real.strides[1] + d),
                         value.bytes.data() + 2 * ((t * real.shape[1] + h) * real.shape[2] + d), 2);
   };
   const CheckReport r = run_checks(make_case({Op::kv_split, TokenLayout::thd}), b, gapped());

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "mlarope/types.h"
 #include "io/npy.h"
+#include "mlarope/types.h"
 
 namespace mlarope::harness {
 
@@ -19,12 +19,12 @@ double value_at(const npy::Array& a, DType dtype, std::int64_t i);
 /// Result of comparing an array with expected values.
 struct Comparison {
   bool same_shape = true;
-  std::int64_t count = 0;          ///< elements compared
-  std::int64_t worst_index = -1;   ///< flat index of the largest error in ulps
-  double max_ulps = 0.0;           ///< largest |got - expected| / ulp_of(expected)
+  std::int64_t count = 0;         ///< elements compared
+  std::int64_t worst_index = -1;  ///< flat index of the largest error in ulps
+  double max_ulps = 0.0;          ///< largest |got - expected| / ulp_of(expected)
   double expected_at_worst = 0.0;
   double got_at_worst = 0.0;
-  std::int64_t nan_mismatches = 0; ///< NaN on one side only
+  std::int64_t nan_mismatches = 0;  ///< NaN on one side only
   /// "max 0.5 ulp at [3, 1, 0, 12] (expected 0.125, got 0.1250001)" or a shape message.
   std::string summary(const std::vector<std::int64_t>& shape) const;
 };

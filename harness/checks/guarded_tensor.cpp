@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "mlarope/error.h"
 #include "checks/asan_guards.h"
 #include "checks/strided_call.h"
+#include "mlarope/error.h"
 
 namespace mlarope::harness {
 namespace {
@@ -44,8 +44,8 @@ GuardedTensor::GuardedTensor(std::size_t element_size, std::vector<std::int64_t>
     role_[first_element_ + offsets_[flat]] = static_cast<std::int32_t>(flat);
   storage_.assign(static_cast<std::size_t>(total * es + kAlignment), std::byte{0});
   const auto address = reinterpret_cast<std::uintptr_t>(storage_.data());
-  const std::int64_t base = round_up(static_cast<std::int64_t>(address), kAlignment) -
-                            static_cast<std::int64_t>(address);
+  const std::int64_t base =
+      round_up(static_cast<std::int64_t>(address), kAlignment) - static_cast<std::int64_t>(address);
   data_byte_ = base + first_element_ * es;
 }
 
@@ -59,8 +59,7 @@ void GuardedTensor::poison_outside(const std::string& name) const {
     const std::int64_t from = data_byte_ + off * es;
     if (!elements.empty() && elements.back().second >= from)
       elements.back().second = std::max(elements.back().second, from + es);
-    else
-      elements.emplace_back(from, from + es);
+    else elements.emplace_back(from, from + es);
   }
   const std::byte* begin = storage_.data();
   asan_guards::poison(begin, begin + storage_.size(), begin + data_byte_, elements, name);

@@ -10,9 +10,9 @@
 
 #include "backends/case_run.h"
 #include "checks/compare.h"
-#include "mlarope/backend.h"
 #include "checks/tolerance.h"
 #include "io/cases_dir.h"
+#include "mlarope/backend.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;
@@ -42,7 +42,8 @@ TEST_P(MegatronCases, EveryOutputMatchesMegatron) {
   if (GetParam() == "cuda" && !cuda_device_available())
     GTEST_SKIP() << "no CUDA device here: the CUDA backend runs these cases where one is present";
   // NOTE: the CTest test megatron_cases_dir_from_environment reads this line.
-  std::cout << "[ INFO     ] " << dirs.size() << " Megatron cases from " << megatron_cases_dir() << "\n";
+  std::cout << "[ INFO     ] " << dirs.size() << " Megatron cases from " << megatron_cases_dir()
+            << "\n";
   const Backend backend = find_backend(GetParam());
   const bool is_reference = backend.name == "reference";
   int outputs_checked = 0;
@@ -72,7 +73,9 @@ TEST_P(MegatronCases, EveryOutputMatchesMegatron) {
   EXPECT_GE(outputs_checked, static_cast<int>(dirs.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MegatronCases, testing::Values(std::string("reference"), std::string("host"), std::string("cuda")),
+INSTANTIATE_TEST_SUITE_P(Backends, MegatronCases,
+                         testing::Values(std::string("reference"), std::string("host"),
+                                         std::string("cuda")),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -18,7 +18,8 @@ std::uint64_t mix(std::uint64_t x) {
 // Copy head 0 of every row of a [.., H, W] array into its other heads.
 void broadcast_head0(npy::Array& a) {
   const std::int64_t heads = a.shape[a.shape.size() - 2];
-  const std::size_t head_bytes = static_cast<std::size_t>(a.shape.back()) * npy::dtype_size(a.dtype);
+  const std::size_t head_bytes =
+      static_cast<std::size_t>(a.shape.back()) * npy::dtype_size(a.dtype);
   const std::size_t row_bytes = head_bytes * static_cast<std::size_t>(heads);
   if (row_bytes == 0) return;
   for (std::size_t row = 0; row + row_bytes <= a.bytes.size(); row += row_bytes)
@@ -48,7 +49,8 @@ void move_length(npy::Array& cu, const CaseConfig& k) {
 void new_position_ids(npy::Array& ids, std::int64_t table_rows, std::uint64_t seed) {
   if (table_rows <= 0) return;
   for (std::int64_t r = 0; r < ids.size(); ++r) {
-    const auto row = static_cast<std::int64_t>(mix(seed + r) % static_cast<std::uint64_t>(table_rows));
+    const auto row =
+        static_cast<std::int64_t>(mix(seed + r) % static_cast<std::uint64_t>(table_rows));
     if (ids.dtype == npy::Dtype::i64) ids.data<std::int64_t>()[r] = row;
     else ids.data<std::int32_t>()[r] = static_cast<std::int32_t>(row);
   }
@@ -91,7 +93,8 @@ CheckResult check_graph_replay(CheckContext& ctx) {
   try {
     expected = run_case(variant, reference_backend());
   } catch (const std::exception& e) {
-    return skipped(CheckKind::graph_replay, std::string("the replay variant is invalid: ") + e.what());
+    return skipped(CheckKind::graph_replay,
+                   std::string("the replay variant is invalid: ") + e.what());
   }
   StridedCall call(c, ctx.options().layout, c.config.in_place);
   call.load(c, Fill::poison_a);
@@ -105,7 +108,8 @@ CheckResult check_graph_replay(CheckContext& ctx) {
   }
   ctx.record(call.audit(), "the graph replay");
   return compare_outputs(variant, value_context(variant), call.outputs(), expected,
-                         CheckKind::graph_replay, 1.0, nullptr, "replay on new metadata and inputs: ");
+                         CheckKind::graph_replay, 1.0, nullptr,
+                         "replay on new metadata and inputs: ");
 }
 
 }  // namespace mlarope::harness::detail

@@ -74,7 +74,8 @@ RunFinding element_finding(CheckKind check, const std::string& tensor, const Gua
 bool heads_identical(const npy::Array& a) {
   if (a.shape.size() < 2) return false;
   const std::int64_t heads = a.shape[a.shape.size() - 2];
-  const std::size_t head_bytes = static_cast<std::size_t>(a.shape.back()) * npy::dtype_size(a.dtype);
+  const std::size_t head_bytes =
+      static_cast<std::size_t>(a.shape.back()) * npy::dtype_size(a.dtype);
   if (heads <= 1 || head_bytes == 0) return heads == 1;
   const std::size_t row_bytes = head_bytes * static_cast<std::size_t>(heads);
   for (std::size_t row = 0; row + row_bytes <= a.bytes.size(); row += row_bytes)
@@ -111,9 +112,9 @@ StridedCall::Slot& StridedCall::add(const std::string& name, const npy::Array& l
   slot.dtype = index ? like.dtype : storage_dtype(dtype);
   slot.case_shape = like.shape;
   slot.output = output;
-  slot.tensor = GuardedTensor(npy::dtype_size(slot.dtype), like.shape, std::move(strides),
-                              plan_.guard, plan_.misalign && !index,
-                              index ? index_patterns() : patterns_of(dtype));
+  slot.tensor =
+      GuardedTensor(npy::dtype_size(slot.dtype), like.shape, std::move(strides), plan_.guard,
+                    plan_.misalign && !index, index ? index_patterns() : patterns_of(dtype));
   return slot;
 }
 
@@ -261,7 +262,8 @@ void StridedCall::run_guarded(const std::function<void()>& f) const {
     explicit Poisoned(const StridedCall& c) : call(c) {
       for (const auto& [name, slot] : call.slots_) slot.tensor.poison_outside(name);
       const auto* words = reinterpret_cast<const std::byte*>(call.status_.data());
-      asan_guards::poison(words, words + call.status_.size() * sizeof(DeviceStatus), words + 2 * sizeof(DeviceStatus),
+      asan_guards::poison(words, words + call.status_.size() * sizeof(DeviceStatus),
+                          words + 2 * sizeof(DeviceStatus),
                           {{2 * sizeof(DeviceStatus), 3 * sizeof(DeviceStatus)}}, "status word");
     }
     ~Poisoned() {
@@ -285,11 +287,14 @@ void StridedCall::call_unguarded(const Backend& b) const {
       const char* in = forward ? "t" : "grad_out";
       if (in_place_) {
         if (forward) require(b.rope_inplace, b, "rope_inplace")({output_view(in), rope_args()});
-        else require(b.rope_backward_inplace, b, "rope_backward_inplace")({output_view(in), rope_args()});
+        else
+          require(b.rope_backward_inplace, b,
+                  "rope_backward_inplace")({output_view(in), rope_args()});
       } else if (forward) {
         require(b.rope, b, "rope")({input_view(in), output_view("out"), rope_args()});
       } else {
-        require(b.rope_backward, b, "rope_backward")({input_view(in), output_view("grad_t"), rope_args()});
+        require(b.rope_backward, b,
+                "rope_backward")({input_view(in), output_view("grad_t"), rope_args()});
       }
       break;
     }
@@ -298,9 +303,9 @@ void StridedCall::call_unguarded(const Backend& b) const {
                                           output_view("value"), kv_args()});
       break;
     case Op::kv_split_backward:
-      require(b.kv_split_backward, b, "kv_split_backward")(
-          {input_view("grad_key"), input_view("grad_value"), output_view("grad_kv"),
-           output_view("grad_k_pe"), kv_args()});
+      require(b.kv_split_backward, b,
+              "kv_split_backward")({input_view("grad_key"), input_view("grad_value"),
+                                    output_view("grad_kv"), output_view("grad_k_pe"), kv_args()});
       break;
   }
 }
@@ -324,7 +329,8 @@ CaseOutputs StridedCall::outputs() const {
 void StridedCall::audit_slot(const std::string& name, const Slot& slot,
                              std::vector<RunFinding>& out) const {
   const GuardedTensor& t = slot.tensor;
-  const std::int64_t width = slot.case_shape.empty() ? 1 : std::max<std::int64_t>(slot.case_shape.back(), 1);
+  const std::int64_t width =
+      slot.case_shape.empty() ? 1 : std::max<std::int64_t>(slot.case_shape.back(), 1);
   // Changed elements of outputs are what the op writes; only their nope parts (in place) count.
   auto reportable = [&](const GuardedTensor::Change& ch) {
     if (ch.region != GuardedTensor::Region::element || !slot.output) return true;
@@ -332,14 +338,18 @@ void StridedCall::audit_slot(const std::string& name, const Slot& slot,
   };
   for (const GuardedTensor::Change& ch : t.changes(before_.at(name), 64, reportable)) {
     if (ch.region != GuardedTensor::Region::element) {
-      out.push_back({CheckKind::bounds, name, {}, ch.offset,
+      out.push_back({CheckKind::bounds,
+                     name,
+                     {},
+                     ch.offset,
                      "wrote " + region_name(ch.region) + " " + name + " (element offset " +
                          std::to_string(ch.offset) + ")"});
       continue;
     }
     const bool nope = slot.in_place;
-    out.push_back(element_finding(CheckKind::immutability, name, t, ch.flat, ch.offset,
-                                    nope ? "wrote the nope part of in-place " + name : "wrote input " + name));
+    out.push_back(
+        element_finding(CheckKind::immutability, name, t, ch.flat, ch.offset,
+                        nope ? "wrote the nope part of in-place " + name : "wrote input " + name));
   }
   if (!slot.output || slot.in_place) return;
   for (std::int64_t flat = 0; flat < t.numel(); ++flat)
@@ -353,13 +363,16 @@ std::vector<RunFinding> StridedCall::audit() const {
   for (const auto& [name, slot] : slots_) audit_slot(name, slot, out);
   for (std::size_t i : {0u, 1u, 3u, 4u})
     if (status_[i] != static_cast<DeviceStatus>(kIndexGuard))
-      out.push_back({CheckKind::bounds, "status", {}, static_cast<std::int64_t>(i) - 2,
+      out.push_back({CheckKind::bounds,
+                     "status",
+                     {},
+                     static_cast<std::int64_t>(i) - 2,
                      "wrote next to the status word"});
   return out;
 }
 
-RunResult run_strided(const Case& c, const Backend& backend, const LayoutPlan& plan,
-                      bool in_place, Fill poison) {
+RunResult run_strided(const Case& c, const Backend& backend, const LayoutPlan& plan, bool in_place,
+                      Fill poison) {
   StridedCall call(c, plan, in_place);
   call.load(c, poison);
   RunResult r;

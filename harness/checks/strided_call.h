@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "io/case_file.h"
 #include "backends/case_run.h"
 #include "checks/checks.h"
+#include "io/case_file.h"
 
 namespace mlarope::harness {
 
@@ -82,8 +82,8 @@ class GuardedTensor {
 
   std::size_t element_size_ = 4;
   std::vector<std::int64_t> shape_, strides_;
-  std::vector<std::int64_t> offsets_;       ///< element offset of each flat index
-  std::vector<std::int32_t> role_;          ///< per storage element: flat index, or -1 (gap/guard)
+  std::vector<std::int64_t> offsets_;  ///< element offset of each flat index
+  std::vector<std::int32_t> role_;     ///< per storage element: flat index, or -1 (gap/guard)
   std::int64_t guard_elements_ = 0, span_ = 0, first_element_ = 0;
   std::int64_t data_byte_ = 0;
   std::vector<std::byte> storage_;
@@ -135,8 +135,8 @@ class StridedCall {
  private:
   struct Slot {
     GuardedTensor tensor;
-    bool output = false;   ///< written by the op
-    bool in_place = false; ///< the tensor of an in-place call: only its rope slices may change
+    bool output = false;    ///< written by the op
+    bool in_place = false;  ///< the tensor of an in-place call: only its rope slices may change
     npy::Dtype dtype = npy::Dtype::f32;
     std::vector<std::int64_t> case_shape;  ///< shape of the case's array
   };
@@ -172,7 +172,7 @@ std::vector<std::int64_t> planned_strides(const std::vector<std::int64_t>& shape
                                           const LayoutPlan& plan, bool table, bool broadcast);
 
 /// Run `c` once on `backend` in buffers laid out by `plan`, and audit the run.
-RunResult run_strided(const Case& c, const Backend& backend, const LayoutPlan& plan,
-                      bool in_place, Fill poison = Fill::poison_a);
+RunResult run_strided(const Case& c, const Backend& backend, const LayoutPlan& plan, bool in_place,
+                      Fill poison = Fill::poison_a);
 
 }  // namespace mlarope::harness

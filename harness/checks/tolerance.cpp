@@ -37,8 +37,10 @@ void slice_terms(const Case& c, std::int64_t freq_row, const double* x, double* 
   for (std::int64_t i = 0; i < d / 2; ++i) {
     const PairSlots in = slots(k.in_layout, i, d), out = slots(k.out_layout, i, d),
                     tab = slots(k.table_layout, i, d);
-    const double cu = table_abs(c, "cos", freq_row, tab.u), su = table_abs(c, "sin", freq_row, tab.u);
-    const double cv = table_abs(c, "cos", freq_row, tab.v), sv = table_abs(c, "sin", freq_row, tab.v);
+    const double cu = table_abs(c, "cos", freq_row, tab.u),
+                 su = table_abs(c, "sin", freq_row, tab.u);
+    const double cv = table_abs(c, "cos", freq_row, tab.v),
+                 sv = table_abs(c, "sin", freq_row, tab.v);
     if (!adjoint) {
       const double u = std::fabs(x[in.u]), v = std::fabs(x[in.v]);
       terms[out.u] = u * cu + v * su;
@@ -66,7 +68,7 @@ std::vector<double> rope_terms(const Case& c, const reference::RowMap& map) {
   for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
     if (map.freq_row[row] == reference::RowMap::kPassThrough) continue;
     for (std::int64_t h = 0; h < heads; ++h) {
-      const std::int64_t base = (row * heads + h) * width + nope;
+      const std::int64_t base = (static_cast<std::int64_t>(row) * heads + h) * width + nope;
       for (std::int64_t k = 0; k < d; ++k) x[k] = value_at(in, c.config.dtype, base + k);
       slice_terms(c, map.freq_row[row], x.data(), terms.data() + base, adjoint);
     }
@@ -78,12 +80,14 @@ std::vector<double> rope_terms(const Case& c, const reference::RowMap& map) {
 std::vector<double> key_terms(const Case& c, const reference::RowMap& map) {
   const npy::Array& kv = c.arrays.at("kv");
   const npy::Array& k_pe = c.arrays.at("k_pe");
-  const std::int64_t heads = kv.shape[kv.shape.size() - 2], kd = c.config.k_dim, d = c.config.emb_dim;
+  const std::int64_t heads = kv.shape[kv.shape.size() - 2], kd = c.config.k_dim,
+                     d = c.config.emb_dim;
   std::vector<double> terms(map.freq_row.size() * heads * (kd + d), 0.0);
   std::vector<double> x(d), slice(d);
   for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
     if (map.freq_row[row] == reference::RowMap::kPassThrough) continue;
-    for (std::int64_t k = 0; k < d; ++k) x[k] = value_at(k_pe, c.config.dtype, row * d + k);
+    for (std::int64_t k = 0; k < d; ++k)
+      x[k] = value_at(k_pe, c.config.dtype, static_cast<std::int64_t>(row) * d + k);
     slice_terms(c, map.freq_row[row], x.data(), slice.data(), false);
     for (std::int64_t h = 0; h < heads; ++h)
       for (std::int64_t k = 0; k < d; ++k)
@@ -94,8 +98,10 @@ std::vector<double> key_terms(const Case& c, const reference::RowMap& map) {
 
 std::vector<double> grad_k_pe_terms(const Case& c, const reference::RowMap& map) {
   const npy::Array& gk = c.arrays.at("grad_key");
-  const std::int64_t heads = gk.shape[gk.shape.size() - 2], kd = c.config.k_dim, d = c.config.emb_dim;
-  std::vector<double> terms(map.freq_row.size() * d, 0.0), sum(d), sum_terms(d), head(d), head_terms(d);
+  const std::int64_t heads = gk.shape[gk.shape.size() - 2], kd = c.config.k_dim,
+                     d = c.config.emb_dim;
+  std::vector<double> terms(map.freq_row.size() * d, 0.0), sum(d), sum_terms(d), head(d),
+      head_terms(d);
   for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
     const std::int64_t freq_row = map.freq_row[row];
     const bool pass = freq_row == reference::RowMap::kPassThrough;
@@ -103,7 +109,8 @@ std::vector<double> grad_k_pe_terms(const Case& c, const reference::RowMap& map)
     std::fill(head_terms.begin(), head_terms.end(), 0.0);
     for (std::int64_t h = 0; h < heads; ++h) {
       for (std::int64_t k = 0; k < d; ++k) {
-        head[k] = value_at(gk, c.config.dtype, (row * heads + h) * (kd + d) + kd + k);
+        head[k] = value_at(gk, c.config.dtype,
+                           (static_cast<std::int64_t>(row) * heads + h) * (kd + d) + kd + k);
         sum[k] += head[k];
       }
       // Error of summing the heads in f32 first, carried through the rotation.
@@ -116,7 +123,8 @@ std::vector<double> grad_k_pe_terms(const Case& c, const reference::RowMap& map)
     }
     if (!pass) slice_terms(c, freq_row, sum.data(), sum_terms.data(), true);
     for (std::int64_t k = 0; k < d; ++k)
-      terms[row * d + k] = (pass ? 0.0 : 4 * kEpsF32 * sum_terms[k]) + heads * kEpsF32 * head_terms[k];
+      terms[row * d + k] =
+          (pass ? 0.0 : 4 * kEpsF32 * sum_terms[k]) + heads * kEpsF32 * head_terms[k];
   }
   return terms;
 }
@@ -129,13 +137,14 @@ double table_value(const Case& c, const char* name, std::int64_t row, std::int64
 // f32 numbers, computed exactly in double; a tie when x is halfway between two `out` values.
 Exactness exactness_of(double a, double b, double e, double f, DType out) {
   const double p = a * b, q = e * f;  // exact: 24-bit times 24-bit significands
-  if (!std::isfinite(p) || !std::isfinite(q) || static_cast<float>(p) != p || static_cast<float>(q) != q)
+  if (!std::isfinite(p) || !std::isfinite(q) || static_cast<float>(p) != p ||
+      static_cast<float>(q) != q)
     return Exactness::inexact;
   const double x = p + q;
   if (x - p != q || static_cast<float>(x) != x) return Exactness::inexact;  // the sum rounded
   const double r = round_to(out, x);  // a tie is half the spacing of x's own binade away
   return std::isfinite(r) && r != x && std::fabs(x - r) == 0.5 * ulp_of(out, x) ? Exactness::tie
-                                                                                  : Exactness::exact;
+                                                                                : Exactness::exact;
 }
 
 // The signed formulas of docs/semantics.md §3 for one slice: forward y_u = u c_u - sg v s_u,
@@ -148,8 +157,10 @@ void slice_exactness(const Case& c, std::int64_t freq_row, const double* x, Exac
   for (std::int64_t i = 0; i < d / 2; ++i) {
     const PairSlots in = slots(k.in_layout, i, d), out = slots(k.out_layout, i, d),
                     tab = slots(k.table_layout, i, d);
-    const double cu = table_value(c, "cos", freq_row, tab.u), su = table_value(c, "sin", freq_row, tab.u);
-    const double cv = table_value(c, "cos", freq_row, tab.v), sv = table_value(c, "sin", freq_row, tab.v);
+    const double cu = table_value(c, "cos", freq_row, tab.u),
+                 su = table_value(c, "sin", freq_row, tab.u);
+    const double cv = table_value(c, "cos", freq_row, tab.v),
+                 sv = table_value(c, "sin", freq_row, tab.v);
     if (!adjoint) {
       const double u = x[in.u], v = x[in.v];
       out_flags[out.u] = exactness_of(u, cu, -sg * v, su, k.dtype);
@@ -166,9 +177,13 @@ void slice_exactness(const Case& c, std::int64_t freq_row, const double* x, Exac
 
 std::map<std::string, std::vector<Exactness>> exactness(const Case& c) {
   const CaseConfig& k = c.config;
-  const char* first = k.op == Op::rope ? "t" : k.op == Op::rope_backward ? "grad_out" : k.op == Op::kv_split ? "kv" : "grad_key";
+  const char* first = k.op == Op::rope            ? "t"
+                      : k.op == Op::rope_backward ? "grad_out"
+                      : k.op == Op::kv_split      ? "kv"
+                                                  : "grad_key";
   const npy::Array& in = c.arrays.at(first);
-  const reference::RowMap map = reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
+  const reference::RowMap map =
+      reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
   const std::int64_t heads = heads_of(in), d = k.emb_dim;
   std::map<std::string, std::vector<Exactness>> flags;
   std::vector<double> x(d);
@@ -192,19 +207,23 @@ std::map<std::string, std::vector<Exactness>> exactness(const Case& c) {
     f.assign(map.freq_row.size() * heads * (k.k_dim + d), Exactness::inexact);
     for (std::size_t row = 0; row < map.freq_row.size(); ++row) {
       if (map.freq_row[row] == reference::RowMap::kPassThrough) continue;
-      for (std::int64_t j = 0; j < d; ++j) x[j] = value_at(k_pe, k.dtype, static_cast<std::int64_t>(row) * d + j);
+      for (std::int64_t j = 0; j < d; ++j)
+        x[j] = value_at(k_pe, k.dtype, static_cast<std::int64_t>(row) * d + j);
       slice_exactness(c, map.freq_row[row], x.data(), slice.data(), false);
       for (std::int64_t h = 0; h < heads; ++h)
-        std::copy(slice.begin(), slice.end(), f.begin() + (static_cast<std::int64_t>(row) * heads + h) * (k.k_dim + d) + k.k_dim);
+        std::copy(slice.begin(), slice.end(),
+                  f.begin() + (static_cast<std::int64_t>(row) * heads + h) * (k.k_dim + d) +
+                      k.k_dim);
     }
   }
   return flags;
 }
 
 std::map<std::string, std::vector<double>> f32_error_terms(const Case& c) {
-  const char* first = c.config.op == Op::rope ? "t"
+  const char* first = c.config.op == Op::rope            ? "t"
                       : c.config.op == Op::rope_backward ? "grad_out"
-                      : c.config.op == Op::kv_split ? "kv" : "grad_key";
+                      : c.config.op == Op::kv_split      ? "kv"
+                                                         : "grad_key";
   const npy::Array& in = c.arrays.at(first);
   const reference::RowMap map =
       reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
@@ -217,7 +236,8 @@ std::map<std::string, std::vector<double>> f32_error_terms(const Case& c) {
       terms["value"].assign(map.freq_row.size() * heads_of(in) * c.config.v_dim, 0.0);
       break;
     case Op::kv_split_backward:
-      terms["grad_kv"].assign(map.freq_row.size() * heads_of(in) * (c.config.k_dim + c.config.v_dim), 0.0);
+      terms["grad_kv"].assign(
+          map.freq_row.size() * heads_of(in) * (c.config.k_dim + c.config.v_dim), 0.0);
       terms["grad_k_pe"] = grad_k_pe_terms(c, map);
       break;
   }

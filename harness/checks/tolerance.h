@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// the tolerance model (docs/architecture.md): how far an f32-computing backend may be from the exact result.
+// the tolerance model (docs/architecture.md): how far an f32-computing backend may be from the
+// exact result.
 #pragma once
 
 #include <cstdint>

@@ -6,8 +6,8 @@
 #include <random>
 
 #include "backends/case_run.h"
-#include "host_convert.h"
 #include "checks/tolerance.h"
+#include "host_convert.h"
 
 using namespace mlarope;
 using namespace mlarope::harness;

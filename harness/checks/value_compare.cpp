@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "checks/compare.h"
-#include "positions.h"
 #include "checks/tolerance.h"
+#include "positions.h"
 
 namespace mlarope::harness {
 namespace {
@@ -62,8 +62,8 @@ struct Worst {
   bool exact = false;  // an exact f32 computation: within 0
 };
 
-void note(Worst& w, double ratio, const std::string& tensor, std::int64_t flat, double e,
-          double g, double ulps, double allowed_ulps, bool bitwise, bool exact = false) {
+void note(Worst& w, double ratio, const std::string& tensor, std::int64_t flat, double e, double g,
+          double ulps, double allowed_ulps, bool bitwise, bool exact = false) {
   if (ratio > w.ratio) w = {ratio, tensor, flat, e, g, ulps, allowed_ulps, bitwise, exact};
 }
 
@@ -88,7 +88,8 @@ void set_element(CheckResult& r, const std::string& tensor, const std::vector<st
 std::string element_string(const CheckResult& r) {
   if (r.tensor.empty()) return "";
   std::string s = r.tensor + "[";
-  for (std::size_t d = 0; d < r.index.size(); ++d) s += (d ? ", " : "") + std::to_string(r.index[d]);
+  for (std::size_t d = 0; d < r.index.size(); ++d)
+    s += (d ? ", " : "") + std::to_string(r.index[d]);
   s += "]";
   if (r.token >= 0)
     s += " (token " + std::to_string(r.token) + ", head " + std::to_string(r.head) + ", dim " +
@@ -165,7 +166,8 @@ CheckResult compare_outputs(const Case& c, const ValueContext& ctx, const CaseOu
         continue;
       }
       if ((std::isnan(gv) && std::isnan(ev)) || gv == ev) continue;
-      if (exact && (*exact)[static_cast<std::size_t>(i)] != Exactness::inexact) {  // the output's rounding only
+      if (exact && (*exact)[static_cast<std::size_t>(i)] !=
+                       Exactness::inexact) {  // the output's rounding only
         ++r.failures;
         r.max_fraction = INFINITY;
         note(worst, INFINITY, name, i, ev, gv, ulps, 0, false, true);
@@ -177,13 +179,15 @@ CheckResult compare_outputs(const Case& c, const ValueContext& ctx, const CaseOu
       r.max_fraction = std::max(r.max_fraction, fraction);
       if (err <= allowed) continue;
       ++r.failures;
-      note(worst, std::isnan(err) ? INFINITY : err / allowed, name, i, ev, gv, ulps, allowed / ulp, false);
+      note(worst, std::isnan(err) ? INFINITY : err / allowed, name, i, ev, gv, ulps, allowed / ulp,
+           false);
     }
   }
   const bool status_differs = got.status != expected.status;
   if (r.failures == 0 && !status_differs) {
-    r.message = what + "max " + number(r.max_fraction) + " of the tolerance, " + number(r.max_ulps) +
-                " ulp where the ulp is the measure, over " + std::to_string(count) + " elements";
+    r.message = what + "max " + number(r.max_fraction) + " of the tolerance, " +
+                number(r.max_ulps) + " ulp where the ulp is the measure, over " +
+                std::to_string(count) + " elements";
     return r;
   }
   r.outcome = Outcome::fail;
@@ -203,14 +207,15 @@ CheckResult compare_outputs(const Case& c, const ValueContext& ctx, const CaseOu
   r.expected = worst.expected;
   r.got = worst.got;
   r.ulps = worst.ulps;
-  r.message = what + element_string(r) + ": expected " + number(worst.expected) + ", got " +
-              number(worst.got) + " (" + number(worst.ulps) + " ulp" +
-              (worst.bitwise ? "; a copied element must be bitwise equal"
-               : worst.exact ? "; the f32 products and sum are exact here, so only the output's rounding "
-                               "is allowed: the reference's value"
-                             : ", allowed " + number(worst.allowed_ulps)) +
-              "); " + std::to_string(r.failures) + " of " + std::to_string(count) + " elements wrong" +
-              (status_differs ? "; " + status_note : "");
+  r.message =
+      what + element_string(r) + ": expected " + number(worst.expected) + ", got " +
+      number(worst.got) + " (" + number(worst.ulps) + " ulp" +
+      (worst.bitwise ? "; a copied element must be bitwise equal"
+       : worst.exact ? "; the f32 products and sum are exact here, so only the output's rounding "
+                       "is allowed: the reference's value"
+                     : ", allowed " + number(worst.allowed_ulps)) +
+      "); " + std::to_string(r.failures) + " of " + std::to_string(count) + " elements wrong" +
+      (status_differs ? "; " + status_note : "");
   return r;
 }
 
@@ -218,7 +223,9 @@ std::array<std::int64_t, kEdgeValueCount> count_edges(const Case& c, const Value
                                                       const CaseOutputs& expected) {
   std::array<std::int64_t, kEdgeValueCount> n{};
   const DType dtype = c.config.dtype;
-  const double largest = dtype == DType::f16 ? 65504.0 : dtype == DType::bf16 ? 0x1.FEp127 : 0x1.FFFFFEp127;
+  const double largest = dtype == DType::f16    ? 65504.0
+                         : dtype == DType::bf16 ? 0x1.FEp127
+                                                : 0x1.FFFFFEp127;
   const double smallest_normal = dtype == DType::f16 ? 0x1p-14 : 0x1p-126;
   auto add = [&n](EdgeValue e) { ++n[static_cast<std::size_t>(e)]; };
   for (const auto& [name, e] : expected.arrays) {
@@ -232,7 +239,8 @@ std::array<std::int64_t, kEdgeValueCount> count_edges(const Case& c, const Value
       else if (std::fabs(x) >= 0.5 * largest) add(EdgeValue::near_max);
       if (x != 0 && std::fabs(x) < smallest_normal) add(EdgeValue::subnormal);
       if (x == 0 && std::signbit(x)) add(EdgeValue::signed_zero);
-      if (std::isnan(x) && copied != ctx.copied.end() && copied->second[k]) add(EdgeValue::nan_payload);
+      if (std::isnan(x) && copied != ctx.copied.end() && copied->second[k])
+        add(EdgeValue::nan_payload);
     }
   }
   return n;
@@ -245,7 +253,8 @@ CheckResult compare_bitwise(const Case& c, const CaseOutputs& a, const CaseOutpu
   std::int64_t count = 0;
   for (const std::string& name : output_names(c.config.op)) {
     const auto a_it = a.arrays.find(name), b_it = b.arrays.find(name);
-    if (a_it == a.arrays.end() || b_it == b.arrays.end() || a_it->second.shape != b_it->second.shape) {
+    if (a_it == a.arrays.end() || b_it == b.arrays.end() ||
+        a_it->second.shape != b_it->second.shape) {
       r.outcome = Outcome::fail;
       r.failures = 1;
       r.tensor = name;
@@ -271,11 +280,13 @@ CheckResult compare_bitwise(const Case& c, const CaseOutputs& a, const CaseOutpu
   if (r.failures == 0) {
     r.failures = 1;
     r.tensor = "status";
-    r.message = what + ": status word " + describe_status(b.status) + " vs " + describe_status(a.status);
+    r.message =
+        what + ": status word " + describe_status(b.status) + " vs " + describe_status(a.status);
     return r;
   }
-  r.message = what + ": " + element_string(r) + " is " + number(r.got) + " vs " + number(r.expected) +
-              "; " + std::to_string(r.failures) + " of " + std::to_string(count) + " elements differ";
+  r.message = what + ": " + element_string(r) + " is " + number(r.got) + " vs " +
+              number(r.expected) + "; " + std::to_string(r.failures) + " of " +
+              std::to_string(count) + " elements differ";
   return r;
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Comparing outputs element by element: under the tolerance model (docs/architecture.md) (copied elements
-// bitwise), or bitwise throughout; the worst element reported as (token, head, dim).
+// Comparing outputs element by element: under the tolerance model (docs/architecture.md) (copied
+// elements bitwise), or bitwise throughout; the worst element reported as (token, head, dim).
 #pragma once
 
 #include <array>
@@ -8,16 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "io/case_file.h"
 #include "checks/checks.h"
 #include "checks/tolerance.h"
+#include "io/case_file.h"
 
 namespace mlarope::harness {
 
 /// What comparing a case's outputs needs, computed once per case.
 struct ValueContext {
-  std::map<std::string, std::vector<double>> terms;  ///< f32_error_terms of tolerance.h
-  std::map<std::string, std::vector<bool>> copied;   ///< elements that are copies of an input
+  std::map<std::string, std::vector<double>> terms;     ///< f32_error_terms of tolerance.h
+  std::map<std::string, std::vector<bool>> copied;      ///< elements that are copies of an input
   std::map<std::string, std::vector<Exactness>> exact;  ///< exactness() of tolerance.h
 };
 

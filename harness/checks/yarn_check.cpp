@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "checks/compare.h"
+#include "host_convert.h"
 #include "io/case_file.h"
 #include "mlarope/error.h"
-#include "host_convert.h"
 #include "mlarope/validate.h"
 #include "reference.h"
 
@@ -36,7 +36,8 @@ class GuardedTable {
     const std::int64_t data_bytes = c.rows * row_stride_ * element_;
     bytes_.assign(static_cast<std::size_t>(2 * kGuardBytes + data_bytes + 64 + element_), poison);
     const auto address = reinterpret_cast<std::uintptr_t>(bytes_.data() + kGuardBytes);
-    start_ = kGuardBytes + static_cast<std::int64_t>((64 - address % 64) % 64) + (c.misalign ? element_ : 0);
+    start_ = kGuardBytes + static_cast<std::int64_t>((64 - address % 64) % 64) +
+             (c.misalign ? element_ : 0);
   }
 
   TensorView view() {
@@ -58,7 +59,9 @@ class GuardedTable {
   }
 
   /// Byte offset of element k of row r.
-  std::int64_t offset(std::int64_t r, std::int64_t k) const { return start_ + (r * row_stride_ + k) * element_; }
+  std::int64_t offset(std::int64_t r, std::int64_t k) const {
+    return start_ + (r * row_stride_ + k) * element_;
+  }
   double element(std::int64_t r, std::int64_t k) const {
     return load_as_double(bytes_.data() + offset(r, k), c_.dtype, 0);
   }
@@ -109,7 +112,8 @@ void fail(CheckResult& r, const std::string& message) {
 // Value and coverage of both tables against the reference's exact values.
 void check_values(const YarnCase& c, const Tables& t, CheckResult& value, CheckResult& coverage,
                   UlpHistogram& histogram) {
-  const std::vector<double> inverse_frequencies = reference::yarn_inverse_frequencies(c.params, c.emb_dim);
+  const std::vector<double> inverse_frequencies =
+      reference::yarn_inverse_frequencies(c.params, c.emb_dim);
   const double m = reference::yarn_concentration(c.params);
   const std::int64_t half = c.emb_dim / 2;
   std::int64_t elements = 0;
@@ -135,7 +139,8 @@ void check_values(const YarnCase& c, const Tables& t, CheckResult& value, CheckR
         const double half_ulp = 0.5 * ulp_of(c.dtype, x);
         const double fraction = std::fabs(got - x) / (delta + half_ulp);
         const double ulps = std::fabs(got - round_to(c.dtype, x)) / ulp_of(c.dtype, x);
-        if (!(fraction <= value.max_fraction)) value.max_fraction = std::isnan(fraction) ? INFINITY : fraction;
+        if (!(fraction <= value.max_fraction))
+          value.max_fraction = std::isnan(fraction) ? INFINITY : fraction;
         if (delta <= half_ulp) {  // ulps measure the error only where the rounding dominates delta
           histogram.add(ulps);
           if (!(ulps <= value.max_ulps)) value.max_ulps = std::isnan(ulps) ? INFINITY : ulps;
@@ -150,23 +155,25 @@ void check_values(const YarnCase& c, const Tables& t, CheckResult& value, CheckR
         value.got = got;
         value.ulps = ulps;
         char line[320];
-        std::snprintf(line, sizeof line,
-                      "%s[%lld, %lld] (position %lld, pair %lld, angle %.17g): expected %.9g (rounded: "
-                      "between %.9g and %.9g), got %.9g (%.3g ulp)",
-                      name, static_cast<long long>(r), static_cast<long long>(k),
-                      static_cast<long long>(c.offset + r), static_cast<long long>(j), angle, x, low, high, got,
-                      ulps);
+        std::snprintf(
+            line, sizeof line,
+            "%s[%lld, %lld] (position %lld, pair %lld, angle %.17g): expected %.9g (rounded: "
+            "between %.9g and %.9g), got %.9g (%.3g ulp)",
+            name, static_cast<long long>(r), static_cast<long long>(k),
+            static_cast<long long>(c.offset) + static_cast<long long>(r), static_cast<long long>(j),
+            angle, x, low, high, got, ulps);
         value.message = line;
       }
     }
   }
   if (value.failures > 0) {
     value.outcome = Outcome::fail;
-    value.message += "; " + std::to_string(value.failures) + " of " + std::to_string(elements) + " elements wrong";
+    value.message += "; " + std::to_string(value.failures) + " of " + std::to_string(elements) +
+                     " elements wrong";
   } else {
     char line[160];
-    std::snprintf(line, sizeof line, "max %.3g of the tolerance, %.3g ulp, over %lld elements", value.max_fraction,
-                  value.max_ulps, static_cast<long long>(elements));
+    std::snprintf(line, sizeof line, "max %.3g of the tolerance, %.3g ulp, over %lld elements",
+                  value.max_fraction, value.max_ulps, static_cast<long long>(elements));
     value.message = line;
   }
   if (coverage.failures > 0)
@@ -183,7 +190,8 @@ void check_bounds(const Tables& t, CheckResult& bounds) {
       if (!table.outside(static_cast<std::int64_t>(i)) || bytes[i] == kPoison) continue;
       ++bounds.failures;
       fail(bounds, std::string("the backend wrote byte ") + std::to_string(i) + " of the " +
-                       (which == 0 ? "cos" : "sin") + " buffer, outside the table's elements (a guard or a row gap)");
+                       (which == 0 ? "cos" : "sin") +
+                       " buffer, outside the table's elements (a guard or a row gap)");
     }
   }
   if (bounds.failures > 0) bounds.message += "; " + std::to_string(bounds.failures) + " byte(s)";
@@ -191,7 +199,8 @@ void check_bounds(const Tables& t, CheckResult& bounds) {
 }
 
 // The two runs' elements bitwise equal.
-void check_determinism(const YarnCase& c, const Tables& a, const Tables& b, CheckResult& determinism) {
+void check_determinism(const YarnCase& c, const Tables& a, const Tables& b,
+                       CheckResult& determinism) {
   const std::int64_t element = static_cast<std::int64_t>(dtype_size(c.dtype));
   for (int which = 0; which < 2; ++which) {
     const GuardedTable& x = which == 0 ? a.cos : a.sin;
@@ -201,18 +210,21 @@ void check_determinism(const YarnCase& c, const Tables& a, const Tables& b, Chec
         if (std::memcmp(x.bytes().data() + x.offset(r, k), y.bytes().data() + y.offset(r, k),
                         static_cast<std::size_t>(element)) != 0) {
           ++determinism.failures;
-          fail(determinism, std::string("a second run (other poison): ") + (which == 0 ? "cos" : "sin") + "[" +
-                                std::to_string(r) + ", " + std::to_string(k) + "] differs");
+          fail(determinism, std::string("a second run (other poison): ") +
+                                (which == 0 ? "cos" : "sin") + "[" + std::to_string(r) + ", " +
+                                std::to_string(k) + "] differs");
         }
   }
-  if (determinism.failures > 0) determinism.message += "; " + std::to_string(determinism.failures) + " element(s)";
+  if (determinism.failures > 0)
+    determinism.message += "; " + std::to_string(determinism.failures) + " element(s)";
   else determinism.message = "a second run (other poison): bitwise equal";
 }
 
 }  // namespace
 
 double yarn_element_delta(double angle, double concentration) {
-  return 16.0 * std::numeric_limits<double>::epsilon() * std::fabs(concentration) * (std::fabs(angle) + 1.0);
+  return 16.0 * std::numeric_limits<double>::epsilon() * std::fabs(concentration) *
+         (std::fabs(angle) + 1.0);
 }
 
 std::string describe(const YarnCase& c) {
@@ -220,9 +232,10 @@ std::string describe(const YarnCase& c) {
   std::ostringstream s;
   s.precision(6);
   s << "yarn_tables " << to_string(c.dtype) << " R=" << c.rows << " emb=" << c.emb_dim << " "
-    << to_string(c.table_layout) << " offset=" << c.offset << " base=" << p.rotary_base << " s=" << p.scaling_factor
-    << " orig=" << p.original_max_position_embeddings << " beta=" << p.beta_fast << "/" << p.beta_slow
-    << " mscale=" << p.mscale << "/" << p.mscale_all_dim;
+    << to_string(c.table_layout) << " offset=" << c.offset << " base=" << p.rotary_base
+    << " s=" << p.scaling_factor << " orig=" << p.original_max_position_embeddings
+    << " beta=" << p.beta_fast << "/" << p.beta_slow << " mscale=" << p.mscale << "/"
+    << p.mscale_all_dim;
   if (!std::isnan(p.concentration_override)) s << " m=" << p.concentration_override;
   if (c.rank4) s << " rank4";
   if (c.row_gap > 0) s << " gap=" << c.row_gap;
@@ -235,8 +248,12 @@ json to_json(const YarnCase& c) {
   table.params = c.params;
   table.rows = c.rows;
   table.offset = c.offset;
-  return {{"yarn", to_json(table)},       {"emb_dim", c.emb_dim}, {"table_layout", to_string(c.table_layout)},
-          {"dtype", to_string(c.dtype)}, {"rank4", c.rank4},     {"row_gap", c.row_gap},
+  return {{"yarn", to_json(table)},
+          {"emb_dim", c.emb_dim},
+          {"table_layout", to_string(c.table_layout)},
+          {"dtype", to_string(c.dtype)},
+          {"rank4", c.rank4},
+          {"row_gap", c.row_gap},
           {"misalign", c.misalign}};
 }
 

@@ -36,7 +36,8 @@ std::int64_t get_int(const json& j, const char* key, const std::string& where,
     return fallback;
   }
   const json& v = j.at(key);
-  if (!v.is_number_integer()) throw Error(where + ": '" + key + "' must be an integer, got " + v.dump());
+  if (!v.is_number_integer())
+    throw Error(where + ": '" + key + "' must be an integer, got " + v.dump());
   if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
     throw Error(where + ": '" + key + "' = " + v.dump() + " is beyond a 64-bit signed integer");
   return v.get<std::int64_t>();
@@ -57,7 +58,8 @@ std::int64_t get_dim(const json& j, const char* key, const std::string& where, b
 bool get_bool(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key)) return false;
   const json& v = j.at(key);
-  if (!v.is_boolean()) throw Error(where + ": '" + key + "' must be true or false, got " + v.dump());
+  if (!v.is_boolean())
+    throw Error(where + ": '" + key + "' must be true or false, got " + v.dump());
   return v.get<bool>();
 }
 
@@ -84,37 +86,42 @@ void check_array(const std::string& file, const std::string& name, const npy::Ar
   const bool index = name == "cu_seqlens" || name == "position_ids" || name == "seq_offsets";
   if (index) {
     if (a.dtype != npy::Dtype::i32 && a.dtype != npy::Dtype::i64)
-      throw Error(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) + ", expected <i4 or <i8");
+      throw Error(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) +
+                  ", expected <i4 or <i8");
   } else {
     const DType want = table ? c.table_dtype : c.dtype;
     if (a.dtype != storage_dtype(want))
-      throw Error(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) + ", but case.json says " +
-           (table ? "table_dtype " : "dtype ") + std::string(to_string(want)) + " (stored as " +
-           std::string(npy::dtype_descr(storage_dtype(want))) + ")");
+      throw Error(file + ": dtype " + std::string(npy::dtype_descr(a.dtype)) +
+                  ", but case.json says " + (table ? "table_dtype " : "dtype ") +
+                  std::string(to_string(want)) + " (stored as " +
+                  std::string(npy::dtype_descr(storage_dtype(want))) + ")");
   }
   const int rank = static_cast<int>(a.shape.size());
   if (table) {
     if (rank != 2 && rank != 4)
-      throw Error(file + ": shape " + shape_string(a.shape) + ", expected (R, emb_dim) or (R, 1, 1, emb_dim)");
+      throw Error(file + ": shape " + shape_string(a.shape) +
+                  ", expected (R, emb_dim) or (R, 1, 1, emb_dim)");
     if (a.shape.back() != c.emb_dim)
-      throw Error(file + ": shape " + shape_string(a.shape) + " does not match emb_dim = " +
-           std::to_string(c.emb_dim) + " from case.json");
+      throw Error(file + ": shape " + shape_string(a.shape) +
+                  " does not match emb_dim = " + std::to_string(c.emb_dim) + " from case.json");
     return;
   }
   if (rank != expected_rank(name, c.layout))
     throw Error(file + ": shape " + shape_string(a.shape) + " has rank " + std::to_string(rank) +
-         ", expected " + std::to_string(expected_rank(name, c.layout)) + " for layout " +
-         std::string(to_string(c.layout)));
+                ", expected " + std::to_string(expected_rank(name, c.layout)) + " for layout " +
+                std::string(to_string(c.layout)));
   std::int64_t last = -1;
   std::string formula;
-  if (name == "t" || name == "grad_out") last = c.nope_dim + c.emb_dim, formula = "nope_dim + emb_dim";
+  if (name == "t" || name == "grad_out")
+    last = c.nope_dim + c.emb_dim, formula = "nope_dim + emb_dim";
   if (name == "kv") last = c.k_dim + c.v_dim, formula = "k_dim + v_dim";
   if (name == "k_pe") last = c.emb_dim, formula = "emb_dim";
   if (name == "grad_key") last = c.k_dim + c.emb_dim, formula = "k_dim + emb_dim";
   if (name == "grad_value") last = c.v_dim, formula = "v_dim";
   if (last >= 0 && a.shape.back() != last)
-    throw Error(file + ": shape " + shape_string(a.shape) + ": last dim " + std::to_string(a.shape.back()) +
-         " does not match " + formula + " = " + std::to_string(last) + " from case.json");
+    throw Error(file + ": shape " + shape_string(a.shape) + ": last dim " +
+                std::to_string(a.shape.back()) + " does not match " + formula + " = " +
+                std::to_string(last) + " from case.json");
 }
 
 }  // namespace
@@ -135,16 +142,18 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   for (std::size_t k = 0; k <= b.size(); ++k) d[0][k] = k;
   for (std::size_t i = 1; i <= a.size(); ++i)
     for (std::size_t k = 1; k <= b.size(); ++k) {
-      d[i][k] = std::min({d[i - 1][k] + 1, d[i][k - 1] + 1, d[i - 1][k - 1] + (a[i - 1] != b[k - 1])});
+      d[i][k] =
+          std::min({d[i - 1][k] + 1, d[i][k - 1] + 1, d[i - 1][k - 1] + (a[i - 1] != b[k - 1])});
       if (i > 1 && k > 1 && a[i - 1] == b[k - 2] && a[i - 2] == b[k - 1])
         d[i][k] = std::min(d[i][k], d[i - 2][k - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
 
-// docs/semantics.md §5: an unknown key is an error naming it, with the nearest known key when one is close.
-void reject_unknown_keys(const json& object, const std::vector<std::string>& known, const std::string& where,
-                         const std::string& what) {
+// docs/semantics.md §5: an unknown key is an error naming it, with the nearest known key when one
+// is close.
+void reject_unknown_keys(const json& object, const std::vector<std::string>& known,
+                         const std::string& where, const std::string& what) {
   for (const auto& item : object.items()) {
     const std::string& key = item.key();
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
@@ -155,30 +164,30 @@ void reject_unknown_keys(const json& object, const std::vector<std::string>& kno
       if (distance < best) best = distance, nearest = k;
     }
     throw Error(where + ": unknown " + what + " '" + key + "'" +
-         (nearest.empty() ? std::string(" (not one of docs/semantics.md §7)") : " (did you mean '" + nearest + "'?)"));
+                (nearest.empty() ? std::string(" (not one of docs/semantics.md §7)")
+                                 : " (did you mean '" + nearest + "'?)"));
   }
 }
 
 const std::vector<std::string>& case_keys() {
   static const std::vector<std::string> keys = {
-      "op",       "layout",        "dtype",        "table_dtype", "nope_dim", "emb_dim",
-      "k_dim",    "v_dim",         "in_layout",    "out_layout",  "table_layout", "inverse",
-      "in_place", "cp_size",       "cp_rank",      "freq_mode",   "max_seqlen",   "inputs",
-      "yarn"};
+      "op",      "layout",    "dtype",      "table_dtype",  "nope_dim", "emb_dim",  "k_dim",
+      "v_dim",   "in_layout", "out_layout", "table_layout", "inverse",  "in_place", "cp_size",
+      "cp_rank", "freq_mode", "max_seqlen", "inputs",       "yarn"};
   return keys;
 }
 
 const std::vector<std::string>& input_names() {
-  static const std::vector<std::string> names = {"t",          "grad_out",   "kv",         "k_pe",
-                                                 "grad_key",   "grad_value", "cos",        "sin",
+  static const std::vector<std::string> names = {"t",          "grad_out",     "kv",         "k_pe",
+                                                 "grad_key",   "grad_value",   "cos",        "sin",
                                                  "cu_seqlens", "position_ids", "seq_offsets"};
   return names;
 }
 
 YarnTable parse_yarn(const json& j, const std::string& where) {
   static const std::vector<std::string> keys = {
-      "rows", "offset", "rotary_base", "scaling_factor", "original_max_position_embeddings", "beta_fast",
-      "beta_slow", "mscale", "mscale_all_dim", "concentration"};
+      "rows",      "offset",    "rotary_base", "scaling_factor", "original_max_position_embeddings",
+      "beta_fast", "beta_slow", "mscale",      "mscale_all_dim", "concentration"};
   if (!j.is_object()) throw Error(where + ": 'yarn' must be an object of YaRN parameters");
   reject_unknown_keys(j, keys, where + ": yarn", "key");
   YarnTable y;
@@ -187,7 +196,8 @@ YarnTable parse_yarn(const json& j, const std::string& where) {
   if (y.rows < 0 || y.offset < 0) throw Error(where + ": yarn: rows and offset must be >= 0");
   auto number = [&](const char* key, double& into) {
     if (!j.contains(key)) return;
-    if (!j.at(key).is_number()) throw Error(where + ": yarn." + key + " must be a number, got " + j.at(key).dump());
+    if (!j.at(key).is_number())
+      throw Error(where + ": yarn." + key + " must be a number, got " + j.at(key).dump());
     into = j.at(key).get<double>();
   };
   YarnParams& p = y.params;
@@ -204,16 +214,21 @@ YarnTable parse_yarn(const json& j, const std::string& where) {
 
 json to_json(const YarnTable& y) {
   const YarnParams& p = y.params;
-  json j = {{"rows", y.rows}, {"offset", y.offset}, {"rotary_base", p.rotary_base},
-            {"scaling_factor", p.scaling_factor}, {"original_max_position_embeddings", p.original_max_position_embeddings},
-            {"beta_fast", p.beta_fast}, {"beta_slow", p.beta_slow}, {"mscale", p.mscale},
+  json j = {{"rows", y.rows},
+            {"offset", y.offset},
+            {"rotary_base", p.rotary_base},
+            {"scaling_factor", p.scaling_factor},
+            {"original_max_position_embeddings", p.original_max_position_embeddings},
+            {"beta_fast", p.beta_fast},
+            {"beta_slow", p.beta_slow},
+            {"mscale", p.mscale},
             {"mscale_all_dim", p.mscale_all_dim}};
   if (!std::isnan(p.concentration_override)) j["concentration"] = p.concentration_override;
   return j;
 }
 
 std::pair<npy::Array, npy::Array> yarn_arrays(const YarnTable& y, std::int64_t emb_dim, DType dtype,
-                                               PairLayout layout) {
+                                              PairLayout layout) {
   npy::Array cos = npy::make(storage_dtype(dtype), {y.rows, emb_dim}), sin = cos;
   YarnTablesCall call{y.params, y.offset, layout, view_of(cos, dtype), view_of(sin, dtype)};
   reference::yarn_tables(call);
@@ -242,7 +257,9 @@ CaseConfig parse_config(const json& j, const std::string& where) {
   c.v_dim = get_dim(j, "v_dim", where, !rope);
   c.inverse = get_bool(j, "inverse", where);
   c.in_place = get_bool(j, "in_place", where);
-  if (c.in_place && !rope) throw Error(where + ": in_place = true, but " + std::string(to_string(c.op)) + " has no in-place form");
+  if (c.in_place && !rope)
+    throw Error(where + ": in_place = true, but " + std::string(to_string(c.op)) +
+                " has no in-place form");
   c.cp_size = get_int(j, "cp_size", where, 1, false);
   c.cp_rank = get_int(j, "cp_rank", where, 0, false);
   c.max_seqlen = get_int(j, "max_seqlen", where, 0, false);
@@ -257,7 +274,8 @@ CaseConfig parse_config(const json& j, const std::string& where) {
     c.yarn = parse_yarn(j.at("yarn"), where);
     for (const char* table : {"cos", "sin"})
       if (c.inputs.count(table))
-        throw Error(where + ": inputs." + table + " and yarn both given: a case ships its tables or names them, not both");
+        throw Error(where + ": inputs." + table +
+                    " and yarn both given: a case ships its tables or names them, not both");
   }
   return c;
 }
@@ -328,7 +346,8 @@ Case read_case(const fs::path& dir) {
   c.config = parse_config(j, where);
   if (c.config.yarn) {  // the named table, made now: it is then checked like a shipped one
     auto [cos, sin] = with_where(where, [&] {
-      return yarn_arrays(*c.config.yarn, c.config.emb_dim, c.config.table_dtype, c.config.table_layout);
+      return yarn_arrays(*c.config.yarn, c.config.emb_dim, c.config.table_dtype,
+                         c.config.table_layout);
     });
     check_array(where + " (yarn cos)", "cos", cos, c.config);
     check_array(where + " (yarn sin)", "sin", sin, c.config);
@@ -338,8 +357,9 @@ Case read_case(const fs::path& dir) {
   for (const std::string& name : required_inputs(c.config))
     if (c.config.yarn && (name == "cos" || name == "sin")) continue;
     else if (!c.config.inputs.count(name))
-      throw Error(where + ": inputs has no '" + name + "', which " + std::string(to_string(c.config.op)) +
-           (name == "cu_seqlens" ? " on THD" : "") + " needs");
+      throw Error(where + ": inputs has no '" + name + "', which " +
+                  std::string(to_string(c.config.op)) + (name == "cu_seqlens" ? " on THD" : "") +
+                  " needs");
   static const char* optional[] = {"position_ids", "seq_offsets"};
   std::vector<std::string> names = required_inputs(c.config);
   for (const char* name : optional)
@@ -361,7 +381,9 @@ Case read_case(const fs::path& dir) {
 
 void write_case(const fs::path& dir, const Case& c) {
   fs::create_directories(dir);
-  const auto named = [&](const std::string& name) { return c.config.yarn && (name == "cos" || name == "sin"); };
+  const auto named = [&](const std::string& name) {
+    return c.config.yarn && (name == "cos" || name == "sin");
+  };
   for (const auto& [name, array] : c.arrays) {
     if (named(name)) continue;
     const auto it = c.config.inputs.find(name);

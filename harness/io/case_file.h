@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Case files (docs/semantics.md §7): a directory with case.json and .npy inputs, read into host arrays,
-// turned into a call descriptor of include/mlarope/ops.h, and outputs written back.
+// Case files (docs/semantics.md §7): a directory with case.json and .npy inputs, read into host
+// arrays, turned into a call descriptor of include/mlarope/ops.h, and outputs written back.
 #pragma once
 
 #include <filesystem>
 #include <map>
-#include <optional>
-#include <utility>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
 
-#include "mlarope/ops.h"
 #include "io/npy.h"
+#include "mlarope/ops.h"
 
 namespace mlarope::harness {
 
@@ -46,8 +46,8 @@ struct CaseConfig {
 YarnTable parse_yarn(const nlohmann::json& json, const std::string& where);
 nlohmann::json to_json(const YarnTable& yarn);
 /// cos and sin [rows, emb_dim] of a YaRN table, by the reference, stored as `dtype`.
-std::pair<npy::Array, npy::Array> yarn_arrays(const YarnTable& yarn, std::int64_t emb_dim, DType dtype,
-                                               PairLayout layout);
+std::pair<npy::Array, npy::Array> yarn_arrays(const YarnTable& yarn, std::int64_t emb_dim,
+                                              DType dtype, PairLayout layout);
 
 /// A case in memory: its config and input arrays by input name ("t", "cos", ...).
 struct Case {
@@ -55,7 +55,8 @@ struct Case {
   std::map<std::string, npy::Array> arrays;
 };
 
-/// Outputs of running a case, by their names in docs/semantics.md §7 ("out", "key", ...), in the activation dtype.
+/// Outputs of running a case, by their names in docs/semantics.md §7 ("out", "key", ...), in the
+/// activation dtype.
 struct CaseOutputs {
   std::map<std::string, npy::Array> arrays;
   DeviceStatus status = kStatusOk;

@@ -5,10 +5,10 @@
 #include <fstream>
 #include <random>
 
-#include "io/case_file.h"
 #include "backends/case_run.h"
-#include "mlarope/error.h"
 #include "host_convert.h"
+#include "io/case_file.h"
+#include "mlarope/error.h"
 
 namespace fs = std::filesystem;
 using namespace mlarope;
@@ -56,7 +56,8 @@ Case small_thd_case() {
   k.nope_dim = 4;
   k.emb_dim = 6;
   k.max_seqlen = 5;
-  k.inputs = {{"t", "t.npy"}, {"cos", "cos.npy"}, {"sin", "sin.npy"}, {"cu_seqlens", "cu_seqlens.npy"}};
+  k.inputs = {
+      {"t", "t.npy"}, {"cos", "cos.npy"}, {"sin", "sin.npy"}, {"cu_seqlens", "cu_seqlens.npy"}};
   c.arrays["t"] = random_array(DType::bf16, {8, 3, 10}, rng);
   c.arrays["cos"] = random_array(DType::f32, {5, 6}, rng);
   c.arrays["sin"] = random_array(DType::f32, {5, 6}, rng);
@@ -76,7 +77,7 @@ void expect_same_case(const Case& a, const Case& b) {
 }
 
 // Expect read_case(dir) to throw an Error whose message contains every one of `parts`.
-void expect_read_error(const fs::path& dir, std::vector<std::string> parts) {
+void expect_read_error(const fs::path& dir, const std::vector<std::string>& parts) {
   try {
     read_case(dir);
     ADD_FAILURE() << "read_case accepted " << dir;
@@ -182,7 +183,10 @@ TEST(CaseFile, WrongValueTypesAndSpellingsAreNamed) {
   write_case(tmp.path(), small_thd_case());
   rewrite_json(tmp.path(), [](nlohmann::json& j) { j["nope_dim"] = "4"; });
   expect_read_error(tmp.path(), {"'nope_dim' must be an integer"});
-  rewrite_json(tmp.path(), [](nlohmann::json& j) { j["nope_dim"] = 4; j["dtype"] = "bfloat16"; });
+  rewrite_json(tmp.path(), [](nlohmann::json& j) {
+    j["nope_dim"] = 4;
+    j["dtype"] = "bfloat16";
+  });
   expect_read_error(tmp.path(), {"dtype = 'bfloat16'", "f32, f16 or bf16"});
 }
 
@@ -226,7 +230,10 @@ TEST(CaseFile, ShapeThatDisagreesWithTheJsonIsNamed) {
   write_case(tmp.path(), small_thd_case());
   rewrite_json(tmp.path(), [](nlohmann::json& j) { j["nope_dim"] = 2; });
   expect_read_error(tmp.path(), {"t.npy", "last dim 10", "nope_dim + emb_dim = 8"});
-  rewrite_json(tmp.path(), [](nlohmann::json& j) { j["nope_dim"] = 4; j["layout"] = "sbhd"; });
+  rewrite_json(tmp.path(), [](nlohmann::json& j) {
+    j["nope_dim"] = 4;
+    j["layout"] = "sbhd";
+  });
   expect_read_error(tmp.path(), {"t.npy", "rank 3", "expected 4"});
 }
 
@@ -255,7 +262,8 @@ TEST(CaseFile, SizesBeyondTheLargestAreNamedBeforeAnyShapeIsMade) {
         j["nope_dim"] = 4;
         j[key] = value;
       });
-      expect_read_error(tmp.path(), {"case.json", std::string(key) + " = " + std::to_string(value), "2^61"});
+      expect_read_error(tmp.path(),
+                        {"case.json", std::string(key) + " = " + std::to_string(value), "2^61"});
     }
   rewrite_json(tmp.path(), [](nlohmann::json& j) {
     j["emb_dim"] = 4;
@@ -271,10 +279,12 @@ TEST(CaseFile, SizesBeyondTheLargestAreNamedBeforeAnyShapeIsMade) {
         j["v_dim"] = 1;
         j[key] = value;
       });
-      expect_read_error(tmp.path(), {"case.json", std::string(key) + " = " + std::to_string(value)});
+      expect_read_error(tmp.path(),
+                        {"case.json", std::string(key) + " = " + std::to_string(value)});
     }
   rewrite_json(tmp.path(), [](nlohmann::json& j) { j["k_dim"] = std::uint64_t{1} << 63; });
-  expect_read_error(tmp.path(), {"'k_dim' = 9223372036854775808", "beyond a 64-bit signed integer"});
+  expect_read_error(tmp.path(),
+                    {"'k_dim' = 9223372036854775808", "beyond a 64-bit signed integer"});
 }
 
 TEST(CaseFile, InvalidCallIsRejectedByTheBackendWithTheArgumentNamed) {

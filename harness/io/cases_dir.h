@@ -15,7 +15,8 @@ namespace mlarope::harness {
 /// else the folder CMake was configured with (-DMLAROPE_CASES_DIR, default data/megatron).
 inline std::string megatron_cases_dir() {
   const char* value = std::getenv("MLAROPE_CASES_DIR");
-  return value != nullptr && *value != '\0' ? std::string(value) : std::string(MLAROPE_DEFAULT_CASES_DIR);
+  return value != nullptr && *value != '\0' ? std::string(value)
+                                            : std::string(MLAROPE_DEFAULT_CASES_DIR);
 }
 
 }  // namespace mlarope::harness

@@ -25,7 +25,8 @@ std::string escape(const std::string& text) {
       case '"': out += "&quot;"; break;
       case '\'': out += "&apos;"; break;
       default:
-        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') out += "\xEF\xBF\xBD";
+        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t' && ch != '\n' && ch != '\r')
+          out += "\xEF\xBF\xBD";
         else out += ch;
     }
   }
@@ -61,8 +62,8 @@ struct Totals {
 };
 
 void write_case(std::ostringstream& x, const JunitCase& c) {
-  x << "    <testcase classname=\"" << escape(c.classname) << "\" name=\"" << escape(c.name) << "\" time=\""
-    << seconds_text(c.seconds) << "\"";
+  x << "    <testcase classname=\"" << escape(c.classname) << "\" name=\"" << escape(c.name)
+    << "\" time=\"" << seconds_text(c.seconds) << "\"";
   const char* element = element_of(c.outcome);
   if (!element) {
     x << "/>\n";
@@ -82,19 +83,22 @@ std::string junit_xml(const std::vector<JunitSuite>& suites) {
     for (const JunitCase& c : s.cases) all.add(c);
     all.seconds += s.seconds;
   }
-  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites tests=\"" << all.tests << "\" failures=\""
-    << all.failures << "\" errors=\"" << all.errors << "\" time=\"" << seconds_text(all.seconds) << "\">\n";
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites tests=\"" << all.tests
+    << "\" failures=\"" << all.failures << "\" errors=\"" << all.errors << "\" time=\""
+    << seconds_text(all.seconds) << "\">\n";
   for (const JunitSuite& s : suites) {
     Totals t;
     for (const JunitCase& c : s.cases) t.add(c);
-    x << "  <testsuite name=\"" << escape(s.name) << "\" tests=\"" << t.tests << "\" failures=\"" << t.failures
-      << "\" errors=\"" << t.errors << "\" skipped=\"" << t.skipped << "\" time=\"" << seconds_text(s.seconds) << "\"";
+    x << "  <testsuite name=\"" << escape(s.name) << "\" tests=\"" << t.tests << "\" failures=\""
+      << t.failures << "\" errors=\"" << t.errors << "\" skipped=\"" << t.skipped << "\" time=\""
+      << seconds_text(s.seconds) << "\"";
     if (!s.timestamp.empty()) x << " timestamp=\"" << escape(s.timestamp) << "\"";
     x << ">\n";
     if (!s.properties.empty()) {
       x << "    <properties>\n";
       for (const auto& [name, value] : s.properties)
-        x << "      <property name=\"" << escape(name) << "\" value=\"" << escape(value) << "\"/>\n";
+        x << "      <property name=\"" << escape(name) << "\" value=\"" << escape(value)
+          << "\"/>\n";
       x << "    </properties>\n";
     }
     for (const JunitCase& c : s.cases) write_case(x, c);

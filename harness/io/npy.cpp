@@ -84,7 +84,8 @@ std::optional<int64_t> element_count(const std::vector<int64_t>& shape) {
 std::size_t checked_byte_count(Dtype dtype, const std::vector<int64_t>& shape,
                                const std::string& name) {
   const std::optional<int64_t> count = element_count(shape);
-  if (!count) throw Error(name + ": invalid shape " + shape_string(shape) + " (negative or overflowing)");
+  if (!count)
+    throw Error(name + ": invalid shape " + shape_string(shape) + " (negative or overflowing)");
   const auto item_size = static_cast<int64_t>(dtype_size(dtype));
   if (*count > std::numeric_limits<int64_t>::max() / item_size) {
     throw Error(name + ": shape " + shape_string(shape) + " is too large");
@@ -248,21 +249,23 @@ Preamble parse_preamble(std::string_view bytes, const std::string& name) {
   const auto major = static_cast<unsigned char>(bytes[6]);
   const auto minor = static_cast<unsigned char>(bytes[7]);
   if ((major != 1 && major != 2) || minor != 0) {
-    throw Error(name + ": unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
-                   " (expected 1.0 or 2.0)");
+    throw Error(name + ": unsupported format version " + std::to_string(major) + "." +
+                std::to_string(minor) + " (expected 1.0 or 2.0)");
   }
   const std::size_t length_size = major == 1 ? 2 : 4;
   Preamble preamble;
   preamble.header_start = 8 + length_size;
-  if (bytes.size() < preamble.header_start) throw Error(name + ": truncated header: no header length");
+  if (bytes.size() < preamble.header_start)
+    throw Error(name + ": truncated header: no header length");
   for (std::size_t index = 0; index < length_size; ++index) {
     const auto byte = static_cast<unsigned char>(bytes[8 + index]);
     preamble.header_length |= static_cast<std::size_t>(byte) << (8 * index);
   }
   const std::size_t available = bytes.size() - preamble.header_start;
   if (available < preamble.header_length) {
-    throw Error(name + ": truncated header: header length is " + std::to_string(preamble.header_length) +
-                   " bytes, file has " + std::to_string(available) + " after the preamble");
+    throw Error(name + ": truncated header: header length is " +
+                std::to_string(preamble.header_length) + " bytes, file has " +
+                std::to_string(available) + " after the preamble");
   }
   return preamble;
 }
@@ -276,7 +279,8 @@ Dtype dtype_from_descr(const std::string& descr, const std::string& name) {
   if (!descr.empty() && descr[0] == '>') {
     throw Error(name + ": big-endian dtype '" + printable(descr) + "' is not supported (only '<')");
   }
-  throw Error(name + ": unsupported dtype '" + printable(descr) + "' (expected one of " + expected + ")");
+  throw Error(name + ": unsupported dtype '" + printable(descr) + "' (expected one of " + expected +
+              ")");
 }
 
 /// Checks a parsed header for completeness and support; returns an empty array of its type.
@@ -309,8 +313,8 @@ std::string serialize_named(const Array& array, const std::string& name) {
   const std::size_t byte_count = checked_byte_count(array.dtype, array.shape, name);
   if (array.bytes.size() != byte_count) {
     throw Error(name + ": array has " + std::to_string(array.bytes.size()) + " bytes, but shape " +
-                   shape_string(array.shape) + " of " + std::string(dtype_descr(array.dtype)) +
-                   " needs " + std::to_string(byte_count));
+                shape_string(array.shape) + " of " + std::string(dtype_descr(array.dtype)) +
+                " needs " + std::to_string(byte_count));
   }
   const std::string header = header_text(array);
   if (header.size() > 0xffff) throw Error(name + ": header too long for format version 1.0");
@@ -335,7 +339,8 @@ std::string read_file(const fs::path& path, const std::string& name) {
   while (const std::size_t count = std::fread(chunk.data(), 1, chunk.size(), file.get())) {
     contents.append(chunk.data(), count);
   }
-  if (std::ferror(file.get())) throw Error(name + ": " + std::string("cannot read: ") + std::strerror(errno));
+  if (std::ferror(file.get()))
+    throw Error(name + ": " + std::string("cannot read: ") + std::strerror(errno));
   return contents;
 }
 
@@ -351,7 +356,7 @@ void write_new_file(const fs::path& path, const std::string& contents, const std
   std::FILE* file = std::fopen(path.c_str(), "wbx");
   if (!file) {
     throw Error(name + ": " + std::string("cannot create temporary file '") + path.string() +
-                   "': " + std::strerror(errno));
+                "': " + std::strerror(errno));
   }
   const bool written = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
   const int write_error = errno;
@@ -380,9 +385,9 @@ Array parse(std::string_view bytes, const std::string& name_for_errors) {
   const std::size_t data_start = preamble.header_start + preamble.header_length;
   const std::size_t available = bytes.size() - data_start;
   if (available < needed) {
-    throw Error(name + ": truncated data: header says " + std::to_string(array.size()) + " elements of " +
-                   std::to_string(dtype_size(array.dtype)) + " bytes (" + std::to_string(needed) +
-                   " bytes), file has " + std::to_string(available));
+    throw Error(name + ": truncated data: header says " + std::to_string(array.size()) +
+                " elements of " + std::to_string(dtype_size(array.dtype)) + " bytes (" +
+                std::to_string(needed) + " bytes), file has " + std::to_string(available));
   }
   if (available > needed) {
     throw Error(name + ": " + std::to_string(available - needed) + " trailing bytes after data");

@@ -1,8 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "io/npy.h"
-
-#include "io/cases_dir.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,6 +12,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "io/cases_dir.h"
+#include "io/npy.h"
 
 namespace {
 
@@ -201,7 +200,8 @@ TEST(NpyParse, MalformedHeaders) {
       {"{'descr: '<f4'", "expected ':' after key 'descr: '"},
       {"['descr', '<f4']", "expected '{'"},
   };
-  for (const auto& [dict, reason] : cases) {
+  for (const auto& [dict_binding, reason] : cases) {
+    const std::string& dict = dict_binding;  // a lambda captures it: no structured binding
     SCOPED_TRACE(dict);
     const std::string message = error_message([&] { npy::parse(npy_file(dict, 4), "bad.npy"); });
     EXPECT_EQ(message.rfind("bad.npy: ", 0), 0u) << message;
@@ -235,7 +235,7 @@ class NpyFileTest : public ::testing::Test {
   std::string read_error(const std::string& contents) {
     const fs::path path = directory_ / "t.npy";
     std::ofstream(path, std::ios::binary) << contents;
-    const std::string message = error_message([&] { npy::read(path); });
+    std::string message = error_message([&] { npy::read(path); });
     EXPECT_EQ(message.rfind(path.string() + ": ", 0), 0u) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     return message;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The optimized backends behind the operations of ops.h: streams, graphs, device buffers and
-// the entry points. Two backends share one kernel source (docs/architecture.md): `cuda` runs it on a GPU,
-// `host` runs it on the CPU through a grid executor that shuffles block and thread order.
+// the entry points. Two backends share one kernel source (docs/architecture.md): `cuda` runs it on
+// a GPU, `host` runs it on the CPU through a grid executor that shuffles block and thread order.
 //
 // Every entry point validates the call (mlarope::validate, throws mlarope::Error, nothing is
 // launched on error), picks a kernel variant and enqueues it on the stream. It never reads
@@ -49,7 +49,7 @@ struct HostStreamOptions {
 
 /// What the GPU model of a host stream measured of one launch (HostStreamOptions::gpu_model).
 struct ModelLaunchStats {
-  std::string kernel;                  ///< op/variant/dtype, e.g. "rope/chunked_vector/bf16"
+  std::string kernel;  ///< op/variant/dtype, e.g. "rope/chunked_vector/bf16"
   std::int64_t blocks = 0;
   int threads = 0;                     ///< per block
   std::int64_t accesses = 0;           ///< loads and stores (atomics not counted)
@@ -66,11 +66,11 @@ struct ModelLaunchStats {
   std::int64_t blocks_run = 0;         ///< of those, the blocks that made a global access
   std::int64_t round_trips = 0;        ///< over blocks, the critical path's batches of data loads
   std::int64_t index_round_trips = 0;  ///< over blocks, the critical path's index loads
-  std::int64_t index_loads = 0;        ///< loads of index arrays, over every thread (a THD gate's cost)
-  std::int64_t model_bytes = 0;        ///< the GPU model's own state for the launch, at its largest
-  std::int64_t load_phases = 0;        ///< over blocks, the phases in which a thread loaded data
-  std::int64_t load_batches = 0;       ///< batches of data loads, over every thread
-  std::int64_t loaded_bytes = 0;       ///< bytes of data loads (index loads not counted)
+  std::int64_t index_loads = 0;   ///< loads of index arrays, over every thread (a THD gate's cost)
+  std::int64_t model_bytes = 0;   ///< the GPU model's own state for the launch, at its largest
+  std::int64_t load_phases = 0;   ///< over blocks, the phases in which a thread loaded data
+  std::int64_t load_batches = 0;  ///< batches of data loads, over every thread
+  std::int64_t loaded_bytes = 0;  ///< bytes of data loads (index loads not counted)
   std::int64_t stored_bytes = 0;
   /// Distinct 1 KiB chunks of memory the launch's sectors lie in, and the bytes of those
   /// distinct sectors (read or written): touched_bytes / (chunks x 1 KiB) is how densely the
@@ -81,8 +81,9 @@ struct ModelLaunchStats {
   /// Distinct bytes asked for / bytes of the sectors fetched, over the warp accesses (1:
   /// perfectly coalesced; threads of a warp reading the same bytes count them once).
   double sector_efficiency() const {
-    return warp_sector_bytes > 0 ? static_cast<double>(useful_bytes) / static_cast<double>(warp_sector_bytes)
-                                 : 1.0;
+    return warp_sector_bytes > 0
+               ? static_cast<double>(useful_bytes) / static_cast<double>(warp_sector_bytes)
+               : 1.0;
   }
 };
 
@@ -160,9 +161,9 @@ class Graph {
 };
 
 /// Memory that a backend's kernels can access: device memory on CUDA, host memory on the host
-/// backend, both kDeviceBufferAlignment aligned. Copies and fills are synchronous (complete when they return)
-/// and not ordered with any stream: synchronize the stream before copying results back, and
-/// do not copy while a stream is capturing.
+/// backend, both kDeviceBufferAlignment aligned. Copies and fills are synchronous (complete when
+/// they return) and not ordered with any stream: synchronize the stream before copying results
+/// back, and do not copy while a stream is capturing.
 class DeviceBuffer {
  public:
   /// An empty buffer.

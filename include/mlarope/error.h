@@ -7,7 +7,8 @@
 
 namespace mlarope {
 
-/// A rejected call or malformed input; the message names the argument, its value and what was expected.
+/// A rejected call or malformed input; the message names the argument, its value and what was
+/// expected.
 class Error : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;

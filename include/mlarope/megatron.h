@@ -17,10 +17,10 @@ struct LayoutTriple {
 
 /// The flags a Megatron caller knows (TransformerConfig / MLATransformerConfig names).
 struct MegatronFlags {
-  bool multi_latent_attention = true;   ///< the MLA path (x de-interleaved before rotating)
-  bool mla_rotary_interleaved = true;   ///< MLA: the rope slice is stored interleaved
+  bool multi_latent_attention = true;           ///< the MLA path (x de-interleaved before rotating)
+  bool mla_rotary_interleaved = true;           ///< MLA: the rope slice is stored interleaved
   bool mla_output_remove_interleaving = false;  ///< MLA (DSv4): write the result interleaved
-  bool rotary_interleaved = false;      ///< non-MLA: GPT-J (true) or NeoX (false)
+  bool rotary_interleaved = false;              ///< non-MLA: GPT-J (true) or NeoX (false)
 };
 
 /// The layout triple that Megatron's unfused path applies for `flags` (docs/semantics.md §3 table).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// One call descriptor per operation of docs/semantics.md §4. Reference, backends, generators and case
-// files all speak these structs.
+// One call descriptor per operation of docs/semantics.md §4. Reference, backends, generators and
+// case files all speak these structs.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,8 @@ namespace mlarope {
 /// Which table row each row of a call uses (docs/semantics.md §2).
 struct Positions {
   TokenLayout layout = TokenLayout::sbhd;
-  std::int64_t cp_size = 1;  ///< context-parallel ranks
-  std::int64_t cp_rank = 0;  ///< this rank
+  std::int64_t cp_size = 1;                     ///< context-parallel ranks
+  std::int64_t cp_rank = 0;                     ///< this rank
   FreqMode freq_mode = FreqMode::per_sequence;  ///< THD only
   std::int64_t max_seqlen = 0;  ///< THD: host-known longest global sequence; 0 = not known
   IndexView cu_seqlens;         ///< THD: [N + 1] int32, global (pre-CP) cumulative lengths
@@ -23,7 +23,8 @@ struct Positions {
   IndexView seq_offsets;        ///< optional: [B] (SBHD) or [N] (THD) int32, added to positions
 };
 
-/// The rotation of each rope slice (docs/semantics.md §3): the layout triple, `inverse` and the tables.
+/// The rotation of each rope slice (docs/semantics.md §3): the layout triple, `inverse` and the
+/// tables.
 struct Rotation {
   PairLayout in_layout = PairLayout::interleaved;
   PairLayout out_layout = PairLayout::half;
@@ -115,8 +116,8 @@ struct YarnTablesCall {
   YarnParams params;
   std::int64_t offset = 0;
   PairLayout table_layout = PairLayout::half;  ///< half: [f, f]; interleaved: each angle twice
-  TensorView cos;  ///< [R, emb_dim] or [R, 1, 1, emb_dim]
-  TensorView sin;  ///< same shape and dtype as cos
+  TensorView cos;                              ///< [R, emb_dim] or [R, 1, 1, emb_dim]
+  TensorView sin;                              ///< same shape and dtype as cos
 };
 
 }  // namespace mlarope

@@ -33,10 +33,10 @@ enum { MLAROPE_TOKENS_SBHD = 0, MLAROPE_TOKENS_THD = 1 };
 enum { MLAROPE_FREQ_PER_SEQUENCE = 0, MLAROPE_FREQ_PACKED = 1 };
 enum { MLAROPE_MEMORY_HOST = 0, MLAROPE_MEMORY_CUDA = 1 };
 enum {
-  MLAROPE_OP_ROPE = 0,              /* inputs[0] = t, outputs[0] = out */
-  MLAROPE_OP_ROPE_BACKWARD = 1,     /* inputs[0] = grad_out, outputs[0] = grad_t */
-  MLAROPE_OP_KV_SPLIT = 2,          /* inputs = kv, k_pe; outputs = key, value */
-  MLAROPE_OP_KV_SPLIT_BACKWARD = 3  /* inputs = grad_key, grad_value; outputs = grad_kv, grad_k_pe */
+  MLAROPE_OP_ROPE = 0,             /* inputs[0] = t, outputs[0] = out */
+  MLAROPE_OP_ROPE_BACKWARD = 1,    /* inputs[0] = grad_out, outputs[0] = grad_t */
+  MLAROPE_OP_KV_SPLIT = 2,         /* inputs = kv, k_pe; outputs = key, value */
+  MLAROPE_OP_KV_SPLIT_BACKWARD = 3 /* inputs = grad_key, grad_value; outputs = grad_kv, grad_k_pe */
 };
 
 /** A strided view: rank 2..4, shape and strides (in elements) of the first `rank` entries. */
@@ -76,8 +76,9 @@ typedef struct mlarope_call {
   int32_t freq_mode; /* MLAROPE_FREQ_*, THD only */
   int64_t cp_size, cp_rank, max_seqlen;
   mlarope_index_array cu_seqlens, position_ids, seq_offsets;
-  uint32_t* status; /* optional: OR the docs/semantics.md §5 status bits in here; NULL when not asked */
-  void* stream;     /* MLAROPE_MEMORY_CUDA: the cudaStream_t to run on; NULL on the host */
+  uint32_t*
+      status; /* optional: OR the docs/semantics.md §5 status bits in here; NULL when not asked */
+  void* stream; /* MLAROPE_MEMORY_CUDA: the cudaStream_t to run on; NULL on the host */
 } mlarope_call;
 
 /** What a plugin provides. */

@@ -15,9 +15,9 @@ using DeviceStatus = std::uint32_t;
 /// What a bit of the status word means.
 enum StatusBit : DeviceStatus {
   kStatusOk = 0,
-  kStatusBadCuSeqlens = 1u << 0,    ///< decreasing, or local lengths adding up to more than T
-  kStatusBadSeqLength = 1u << 1,    ///< a sequence length not divisible by 2 * cp_size
-  kStatusRowOutsideTable = 1u << 2, ///< a freq_row < 0 or >= table rows
+  kStatusBadCuSeqlens = 1u << 0,     ///< decreasing, or local lengths adding up to more than T
+  kStatusBadSeqLength = 1u << 1,     ///< a sequence length not divisible by 2 * cp_size
+  kStatusRowOutsideTable = 1u << 2,  ///< a freq_row < 0 or >= table rows
 };
 
 /// Human-readable list of the bits set in `status` ("ok" when none).

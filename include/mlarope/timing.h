@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The timing model: what a launch the GPU model ran would take on a GPU (docs/architecture.md rule 5).
+// The timing model: what a launch the GPU model ran would take on a GPU (docs/architecture.md rule
+// 5).
 //
 // The GPU model (HostStreamOptions::gpu_model) counts what a launch moves and, per block, the
 // round trips its threads wait for: a thread's loads since its last store can be in flight
@@ -39,19 +40,20 @@ struct DeviceProfile {
   int shared_carveout_bytes = 0;
   int shared_bytes_reserved_per_block = 0;
   double l2_bytes = 0;
-  double copy_bandwidth = 0;         ///< bytes/s (read + write) of a large device-to-device copy
+  double copy_bandwidth = 0;  ///< bytes/s (read + write) of a large device-to-device copy
   /// DRAM bandwidth for sparse use of its pages: copy_bandwidth x density^exponent, density
   /// the share of each 1 KiB chunk a launch uses (ModelLaunchStats::dram_chunks).
   double dram_density_exponent = 0;
-  double dram_latency = 0;           ///< s, of a load on an idle memory system
-  double latency_load_factor = 0;    ///< latency = dram_latency x (1 + factor x u / (1 - u)), u = bandwidth / copy_bandwidth
-  double l2_latency = 0;             ///< s, of a load the L2 holds (index arrays)
+  double dram_latency = 0;  ///< s, of a load on an idle memory system
+  double latency_load_factor =
+      0;  ///< latency = dram_latency x (1 + factor x u / (1 - u)), u = bandwidth / copy_bandwidth
+  double l2_latency = 0;  ///< s, of a load the L2 holds (index arrays)
   /// s a block waits at the end of each phase with loads (a barrier waits for the slowest
   /// warp: the tail of the latency, beyond its mean)
   double phase_tail = 0;
-  double launch_overhead = 0;        ///< s per kernel launch (graph replay)
-  double copy_overhead = 0;          ///< s per cudaMemcpyAsync (graph replay)
-  std::string source;                ///< where the constants come from, how they were fitted
+  double launch_overhead = 0;  ///< s per kernel launch (graph replay)
+  double copy_overhead = 0;    ///< s per cudaMemcpyAsync (graph replay)
+  std::string source;          ///< where the constants come from, how they were fitted
 };
 
 /// The profile of `json` (the format of cuda/host/devices/*.json). Throws mlarope::Error
@@ -79,30 +81,32 @@ const std::vector<KernelResource>& built_kernel_resources();
 /// ("rope/chunked_vector/bf16" -> "rope_kernel<RopeChunkedRows<BFloat16, 4> >"); "" if none.
 std::string cuda_kernel_of(const std::string& model_kernel);
 /// The resource of `model_kernel` in `resources`; throws mlarope::Error when it is missing.
-KernelResource resource_of(const std::string& model_kernel, const std::vector<KernelResource>& resources);
+KernelResource resource_of(const std::string& model_kernel,
+                           const std::vector<KernelResource>& resources);
 
 /// Resident blocks per SM and what limits them.
 struct Occupancy {
   int blocks_per_sm = 0;
   std::string limit;  ///< "threads", "registers", "shared memory" or "blocks"
 };
-Occupancy occupancy(const DeviceProfile& device, int threads, int registers, long long shared_bytes);
+Occupancy occupancy(const DeviceProfile& device, int threads, int registers,
+                    long long shared_bytes);
 
 /// A predicted time and how it comes about.
 struct TimePrediction {
   double seconds = 0;
-  double floor_fraction = 0;         ///< minimum bytes / copy bandwidth / seconds
+  double floor_fraction = 0;  ///< minimum bytes / copy bandwidth / seconds
   Occupancy occupancy;
-  double waves = 0;                  ///< blocks / resident blocks
+  double waves = 0;                   ///< blocks / resident blocks
   double bytes_in_flight_per_sm = 0;  ///< of the first wave: resident threads x bytes a batch
-  double round_trips_per_block = 0;  ///< data batches on a block's critical path
+  double round_trips_per_block = 0;   ///< data batches on a block's critical path
   double index_round_trips_per_block = 0;
   double load_phases_per_block = 0;
-  double latency = 0;                ///< s, the loaded DRAM latency of the first wave
-  double dram_bytes = 0;             ///< the launch's traffic (scaled up from a sample)
-  double dram_density = 1;           ///< the share of each DRAM chunk it opens that it uses
-  bool fits_l2 = false;              ///< the traffic fits the L2 (a warm call would be faster)
-  std::string limit;                 ///< "latency" or "bandwidth", of the first wave
+  double latency = 0;       ///< s, the loaded DRAM latency of the first wave
+  double dram_bytes = 0;    ///< the launch's traffic (scaled up from a sample)
+  double dram_density = 1;  ///< the share of each DRAM chunk it opens that it uses
+  bool fits_l2 = false;     ///< the traffic fits the L2 (a warm call would be faster)
+  std::string limit;        ///< "latency" or "bandwidth", of the first wave
 };
 
 /// The time of a launch the GPU model ran (`stats`, of the whole grid or of a sample of

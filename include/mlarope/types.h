@@ -41,7 +41,8 @@ constexpr std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 /// Size in bytes of one index.
 constexpr std::size_t index_size(IndexType t) { return t == IndexType::i32 ? 4 : 8; }
 
-/// The spelling of each enum value (docs/semantics.md) ("bf16", "interleaved", "thd", "packed", ...).
+/// The spelling of each enum value (docs/semantics.md) ("bf16", "interleaved", "thd", "packed",
+/// ...).
 std::string_view to_string(DType t);
 std::string_view to_string(IndexType t);
 std::string_view to_string(PairLayout l);

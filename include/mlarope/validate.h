@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Validation of docs/semantics.md §5: host-known arguments before any launch, and a host-side validator
-// of device metadata that applies the same rules as the device.
+// Validation of docs/semantics.md §5: host-known arguments before any launch, and a host-side
+// validator of device metadata that applies the same rules as the device.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +54,8 @@ DeviceStatus check_device_metadata(const Positions& positions, RowShape rows,
 /// position lp of a local sequence of `length` rows on rank cp_rank of cp_size
 /// (docs/semantics.md §2). Validation and the reference share it; the kernels compute their own
 /// (cuda/kernels/freq_row.h), so that a mistake here cannot hide in them too.
-std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size, std::int64_t cp_rank);
+std::int64_t cp_pos(std::int64_t lp, std::int64_t length, std::int64_t cp_size,
+                    std::int64_t cp_rank);
 
 /// The cu_seqlens part of check_device_metadata: bad bits when any sequence length is negative
 /// or (cp_size > 1) not divisible by 2 * cp_size, or the local lengths add up to more than

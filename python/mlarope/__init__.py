@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""mlarope: the reference MLA RoPE ops (docs/semantics.md) and the harness that checks anyone's kernels.
+"""mlarope: the reference MLA RoPE ops (docs/semantics.md) and the harness that checks anyone's
+kernels.
 
 The C++ library is the one implementation; this package adapts it.
 
@@ -13,16 +14,18 @@ with ``dtype="bf16"``, tables with ``table_dtype="bf16"``)::
 Fuzzing a kernel written in Python: a backend is any object with some of the methods
 ``rope(call)`` (rope and rope_backward, ``call.op``), ``kv_split(call)`` and
 ``kv_split_backward(call)``, and optionally ``supports(call)`` returning a bool or
-``(False, "reason")``. ``call`` has the fields of docs/semantics.md §4 (``call.inputs``, ``call.outputs``:
-NumPy views of the harness's strided buffers, inputs read-only; ``call.cos``, ``call.sin``,
-``call.nope_dim``, ``call.in_layout``, ``call.inverse``, ``call.layout``, ``call.cu_seqlens``,
-...). The method writes ``call.outputs`` (in place: ``call.inputs[0] is call.outputs[0]``)::
+``(False, "reason")``. ``call`` has the fields of docs/semantics.md §4 (``call.inputs``,
+``call.outputs``: NumPy views of the harness's strided buffers, inputs read-only; ``call.cos``,
+``call.sin``, ``call.nope_dim``, ``call.in_layout``, ``call.inverse``, ``call.layout``,
+``call.cu_seqlens``, ...). The method writes ``call.outputs`` (in place:
+``call.inputs[0] is call.outputs[0]``)::
 
     result = mlarope.fuzz(MyBackend(), seconds=60)   # raises mlarope.FuzzFailure on a failure
 
 Calls a backend declines or lacks are counted as not supported (``result["summary"]``),
 never as failures; a Python exception in a method is a failing case with its traceback.
 """
+
 from __future__ import annotations
 
 import numpy as _np
@@ -30,8 +33,18 @@ import numpy as _np
 from . import _mlarope
 from ._mlarope import Error
 
-__all__ = ["Error", "FuzzFailure", "rope", "rope_backward", "kv_split", "kv_split_backward",
-           "yarn_tables", "fuzz", "check", "load_case"]
+__all__ = [
+    "Error",
+    "FuzzFailure",
+    "rope",
+    "rope_backward",
+    "kv_split",
+    "kv_split_backward",
+    "yarn_tables",
+    "fuzz",
+    "check",
+    "load_case",
+]
 
 
 class FuzzFailure(AssertionError):
@@ -53,8 +66,24 @@ def _host(x, name: str):
     return _np.asarray(x), False
 
 
-def _common(cos, sin, in_layout, out_layout, table_layout, inverse, layout, freq_mode,
-            cp_size, cp_rank, max_seqlen, cu_seqlens, position_ids, seq_offsets, dtype, table_dtype):
+def _common(
+    cos,
+    sin,
+    in_layout,
+    out_layout,
+    table_layout,
+    inverse,
+    layout,
+    freq_mode,
+    cp_size,
+    cp_rank,
+    max_seqlen,
+    cu_seqlens,
+    position_ids,
+    seq_offsets,
+    dtype,
+    table_dtype,
+):
     c = _mlarope._Common()
     (c.cos, cos_bf16), (c.sin, sin_bf16) = _host(cos, "cos"), _host(sin, "sin")
     c.in_layout, c.out_layout, c.table_layout = in_layout, out_layout, table_layout
@@ -74,19 +103,52 @@ def _activations(*xs):
     return [a for a, _ in hosts], ("bf16" if all(b for _, b in hosts) else None)
 
 
-def rope(t, cos, sin, *, nope_dim: int, emb_dim: int, in_layout: str = "interleaved",
-         out_layout: str = "half", table_layout: str = "half", inverse: bool = False,
-         layout: str = "sbhd", freq_mode: str = "per_sequence", cp_size: int = 1, cp_rank: int = 0,
-         max_seqlen: int = 0, cu_seqlens=None, position_ids=None, seq_offsets=None,
-         dtype: str | None = None, table_dtype: str | None = None):
+def rope(
+    t,
+    cos,
+    sin,
+    *,
+    nope_dim: int,
+    emb_dim: int,
+    in_layout: str = "interleaved",
+    out_layout: str = "half",
+    table_layout: str = "half",
+    inverse: bool = False,
+    layout: str = "sbhd",
+    freq_mode: str = "per_sequence",
+    cp_size: int = 1,
+    cp_rank: int = 0,
+    max_seqlen: int = 0,
+    cu_seqlens=None,
+    position_ids=None,
+    seq_offsets=None,
+    dtype: str | None = None,
+    table_dtype: str | None = None,
+):
     """rope on the reference: ``(out, status)``; t is SBHD [S, B, H, D] or THD [T, H, D].
 
     Tensors are NumPy arrays or DLPack tensors (PyTorch CPU tensors), read without a copy; the
     result is a new NumPy array (``torch.from_numpy(out)``; bf16 as uint16 bits).
     """
     (x,), bf16 = _activations(("t", t))
-    c = _common(cos, sin, in_layout, out_layout, table_layout, inverse, layout, freq_mode,
-                cp_size, cp_rank, max_seqlen, cu_seqlens, position_ids, seq_offsets, dtype or bf16, table_dtype)
+    c = _common(
+        cos,
+        sin,
+        in_layout,
+        out_layout,
+        table_layout,
+        inverse,
+        layout,
+        freq_mode,
+        cp_size,
+        cp_rank,
+        max_seqlen,
+        cu_seqlens,
+        position_ids,
+        seq_offsets,
+        dtype or bf16,
+        table_dtype,
+    )
     out, status = _mlarope._rope(False, x, nope_dim, emb_dim, c)
     return out, status
 
@@ -105,18 +167,31 @@ def kv_split(kv, k_pe, cos, sin, *, k_dim: int, v_dim: int, emb_dim: int, **kwar
     return tuple(_mlarope._kv(False, x0, x1, k_dim, v_dim, emb_dim, c))
 
 
-def kv_split_backward(grad_key, grad_value, cos, sin, *, k_dim: int, v_dim: int, emb_dim: int, **kwargs):
+def kv_split_backward(
+    grad_key, grad_value, cos, sin, *, k_dim: int, v_dim: int, emb_dim: int, **kwargs
+):
     """kv_split_backward on the reference: ``(grad_kv, grad_k_pe, status)``."""
     (x0, x1), bf16 = _activations(("grad_key", grad_key), ("grad_value", grad_value))
     c = _common(cos, sin, *_options(kwargs, bf16))
     return tuple(_mlarope._kv(True, x0, x1, k_dim, v_dim, emb_dim, c))
 
 
-def yarn_tables(rows: int, emb_dim: int, *, rotary_base: float = 10000.0, scaling_factor: float = 1.0,
-                original_max_position_embeddings: float = 4096.0, beta_fast: float = 32.0,
-                beta_slow: float = 1.0, mscale: float = 1.0, mscale_all_dim: float = 0.0,
-                offset: int = 0, table_layout: str = "half", dtype: str = "f32",
-                concentration: float | None = None):
+def yarn_tables(
+    rows: int,
+    emb_dim: int,
+    *,
+    rotary_base: float = 10000.0,
+    scaling_factor: float = 1.0,
+    original_max_position_embeddings: float = 4096.0,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    mscale: float = 1.0,
+    mscale_all_dim: float = 0.0,
+    offset: int = 0,
+    table_layout: str = "half",
+    dtype: str = "f32",
+    concentration: float | None = None,
+):
     """yarn_tables on the reference: ``(cos, sin)``, each ``[rows, emb_dim]``.
 
     Rows are positions ``offset .. offset + rows - 1``; the parameters are Megatron's
@@ -133,9 +208,22 @@ def yarn_tables(rows: int, emb_dim: int, *, rotary_base: float = 10000.0, scalin
     return tuple(_mlarope._yarn(int(rows), int(emb_dim), p, int(offset), table_layout, dtype))
 
 
-_OPTION_DEFAULTS = dict(in_layout="interleaved", out_layout="half", table_layout="half", inverse=False,
-                        layout="sbhd", freq_mode="per_sequence", cp_size=1, cp_rank=0, max_seqlen=0,
-                        cu_seqlens=None, position_ids=None, seq_offsets=None, dtype=None, table_dtype=None)
+_OPTION_DEFAULTS = dict(
+    in_layout="interleaved",
+    out_layout="half",
+    table_layout="half",
+    inverse=False,
+    layout="sbhd",
+    freq_mode="per_sequence",
+    cp_size=1,
+    cp_rank=0,
+    max_seqlen=0,
+    cu_seqlens=None,
+    position_ids=None,
+    seq_offsets=None,
+    dtype=None,
+    table_dtype=None,
+)
 
 
 def _options(kwargs: dict, bf16) -> list:
@@ -147,9 +235,21 @@ def _options(kwargs: dict, bf16) -> list:
     return list(values.values())
 
 
-def fuzz(backend, *, seconds: float = 0.0, cases: int = 0, seed: int = 1, ops=None, dtypes=None,
-         table_dtypes=None, in_place: bool = True, layouts: str = "", out: str = "fuzz-out",
-         size: int = 100, quiet: bool = False) -> dict:
+def fuzz(
+    backend,
+    *,
+    seconds: float = 0.0,
+    cases: int = 0,
+    seed: int = 1,
+    ops=None,
+    dtypes=None,
+    table_dtypes=None,
+    in_place: bool = True,
+    layouts: str = "",
+    out: str = "fuzz-out",
+    size: int = 100,
+    quiet: bool = False,
+) -> dict:
     """Random cases through every check against ``backend`` (see the module docstring).
 
     Stops after ``seconds`` or ``cases`` (60 s when neither is given). ``ops``, ``dtypes``
@@ -161,20 +261,35 @@ def fuzz(backend, *, seconds: float = 0.0, cases: int = 0, seed: int = 1, ops=No
     summary, failures); raises FuzzFailure naming the first failing case's directory and how
     to load it when any case fails.
     """
-    result = _mlarope._fuzz(backend, float(seconds), int(cases), int(seed), list(ops or []),
-                            list(dtypes or []), list(table_dtypes or []), bool(in_place), str(layouts),
-                            str(out), int(size), bool(quiet))
+    result = _mlarope._fuzz(
+        backend,
+        float(seconds),
+        int(cases),
+        int(seed),
+        list(ops or []),
+        list(dtypes or []),
+        list(table_dtypes or []),
+        bool(in_place),
+        str(layouts),
+        str(out),
+        int(size),
+        bool(quiet),
+    )
     if result["failing_cases"]:
         first = result["failures"][0]
         checks = "; ".join(f"{check}: {message}" for check, message in first["checks"])
         raise FuzzFailure(
-            f"{result['failing_cases']} of {result['cases']} cases failed; first: {first['description']}\n"
-            f"  {checks}\n  repro: {first['dir']} (mlarope.load_case({first['dir']!r}) loads it)", result)
+            f"{result['failing_cases']} of {result['cases']} cases failed; "
+            f"first: {first['description']}\n"
+            f"  {checks}\n  repro: {first['dir']} (mlarope.load_case({first['dir']!r}) loads it)",
+            result,
+        )
     return result
 
 
 def check(backend, case_dir: str) -> dict:
-    """Every check (docs/architecture.md) on one case directory (a fuzz repro replays with its checks.json).
+    """Every check (docs/architecture.md) on one case directory (a fuzz repro replays with its
+    checks.json).
 
     Returns ``{"ok": bool, "unsupported": reason or None, "results": [(check, outcome, line)],
     "status": device status word}``; ``ok`` is False when a check failed.
@@ -183,5 +298,6 @@ def check(backend, case_dir: str) -> dict:
 
 
 def load_case(path: str):
-    """A case directory (docs/semantics.md §7) as ``(config, arrays)``: case.json as a dict, inputs by name."""
+    """A case directory (docs/semantics.md §7) as ``(config, arrays)``: case.json as a dict, inputs
+    by name."""
     return _mlarope._load_case(str(path))

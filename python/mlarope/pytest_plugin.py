@@ -9,6 +9,7 @@
 without touching the tests; each fuzz writes into the test's own ``tmp_path`` (pytest keeps
 the last runs' directories, so the repro is still there after the failure).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -18,9 +19,15 @@ import mlarope
 
 def pytest_addoption(parser):
     group = parser.getgroup("mlarope")
-    group.addoption("--mlarope-seconds", type=float, default=None,
-                    help="time budget of each mlarope_fuzz (default: the test's own, else 20 s)")
-    group.addoption("--mlarope-seed", type=int, default=None, help="seed of each mlarope_fuzz (default 1)")
+    group.addoption(
+        "--mlarope-seconds",
+        type=float,
+        default=None,
+        help="time budget of each mlarope_fuzz (default: the test's own, else 20 s)",
+    )
+    group.addoption(
+        "--mlarope-seed", type=int, default=None, help="seed of each mlarope_fuzz (default 1)"
+    )
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ namespace {
 DType element_type(const py::array& a, const std::string& dtype) {
   const py::dtype d = a.dtype();
   if (dtype == "bf16") {
-    if (!d.is(py::dtype::of<std::uint16_t>())) throw Error("dtype='bf16' needs uint16 arrays holding bf16 bits");
+    if (!d.is(py::dtype::of<std::uint16_t>()))
+      throw Error("dtype='bf16' needs uint16 arrays holding bf16 bits");
     return DType::bf16;
   }
   if (d.is(py::dtype::of<float>())) return DType::f32;
@@ -42,7 +43,8 @@ DType element_type(const py::array& a, const std::string& dtype) {
 
 template <class Void>
 BasicTensorView<Void> view_of(const py::array& a, DType dtype, const char* name) {
-  if (a.ndim() > kMaxRank) throw Error(std::string(name) + ": rank " + std::to_string(a.ndim()) + " > 4");
+  if (a.ndim() > kMaxRank)
+    throw Error(std::string(name) + ": rank " + std::to_string(a.ndim()) + " > 4");
   BasicTensorView<Void> v;
   v.data = const_cast<void*>(a.data());
   v.dtype = dtype;
@@ -59,7 +61,7 @@ BasicTensorView<Void> view_of(const py::array& a, DType dtype, const char* name)
 // A NumPy view of a harness view (no copy; `owner` keeps the memory alive, or None).
 template <class Void>
 py::array array_of(const BasicTensorView<Void>& v, bool writable) {
-  const py::dtype d = v.dtype == DType::f32 ? py::dtype::of<float>()
+  const py::dtype d = v.dtype == DType::f32   ? py::dtype::of<float>()
                       : v.dtype == DType::f16 ? py::dtype("float16")
                                               : py::dtype::of<std::uint16_t>();
   const std::size_t size = dtype_size(v.dtype);
@@ -76,7 +78,8 @@ py::array array_of(const BasicTensorView<Void>& v, bool writable) {
 
 py::object index_array(const IndexView& v) {
   if (!v.present()) return py::none();
-  const py::dtype d = v.type == IndexType::i64 ? py::dtype::of<std::int64_t>() : py::dtype::of<std::int32_t>();
+  const py::dtype d =
+      v.type == IndexType::i64 ? py::dtype::of<std::int64_t>() : py::dtype::of<std::int32_t>();
   const py::capsule no_owner(v.data, [](void*) {});
   py::array a(d, {static_cast<py::ssize_t>(v.size)}, {}, const_cast<void*>(v.data), no_owner);
   a.attr("setflags")(py::arg("write") = false);
@@ -87,7 +90,8 @@ IndexView index_view(const py::object& o, const char* name) {
   if (o.is_none()) return {};
   const py::array a = py::array::ensure(o);
   if (!a || a.ndim() != 1) throw Error(std::string(name) + ": expected a 1-D int32 or int64 array");
-  if (!(a.flags() & py::array::c_style)) throw Error(std::string(name) + ": expected a contiguous array");
+  if (!(a.flags() & py::array::c_style))
+    throw Error(std::string(name) + ": expected a contiguous array");
   if (a.dtype().is(py::dtype::of<std::int32_t>())) return {a.data(), IndexType::i32, a.shape(0)};
   if (a.dtype().is(py::dtype::of<std::int64_t>())) return {a.data(), IndexType::i64, a.shape(0)};
   throw Error(std::string(name) + ": expected int32 or int64");
@@ -120,8 +124,9 @@ py::dtype numpy_dtype(const DLDataType& t, bool* bf16) {
     if (t.code == kDLInt && t.bits == 32) return py::dtype::of<std::int32_t>();
     if (t.code == kDLInt && t.bits == 64) return py::dtype::of<std::int64_t>();
   }
-  throw Error("DLPack dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
-              std::to_string(t.lanes) + " lanes): expected float32, float16, bfloat16, int32 or int64");
+  throw Error("DLPack dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
+              " bits, " + std::to_string(t.lanes) +
+              " lanes): expected float32, float16, bfloat16, int32 or int64");
 }
 
 // A NumPy view (no copy) of a host tensor's DLPack capsule; (array, is_bf16). The capsule is
@@ -139,7 +144,8 @@ py::tuple from_dlpack(py::capsule capsule, const std::string& name) {
   const auto size = static_cast<py::ssize_t>(t.dtype.bits / 8);
   std::vector<py::ssize_t> shape(t.shape, t.shape + t.ndim), strides(t.ndim);
   for (int i = t.ndim - 1; i >= 0; --i)  // strides in bytes; compact row-major when absent
-    strides[i] = t.strides ? t.strides[i] * size : (i + 1 < t.ndim ? strides[i + 1] * shape[i + 1] : size);
+    strides[i] =
+        t.strides ? t.strides[i] * size : (i + 1 < t.ndim ? strides[i + 1] * shape[i + 1] : size);
   PyCapsule_SetName(capsule.ptr(), "used_dltensor");
   auto* owner = new DlpackOwner{managed};
   const py::capsule base(owner, [](void* p) { delete static_cast<DlpackOwner*>(p); });
@@ -166,7 +172,8 @@ struct Common {
     r.out_layout = pair_layout(out_layout);
     r.table_layout = pair_layout(table_layout);
     r.inverse = inverse;
-    const bool bf16 = table_dtype == "bf16" || (dtype == "bf16" && cos.dtype().is(py::dtype::of<std::uint16_t>()));
+    const bool bf16 = table_dtype == "bf16" ||
+                      (dtype == "bf16" && cos.dtype().is(py::dtype::of<std::uint16_t>()));
     const DType td = element_type(cos, bf16 ? "bf16" : "");
     r.cos = view_of<const void>(cos, td, "cos");
     r.sin = view_of<const void>(sin, td, "sin");
@@ -174,7 +181,8 @@ struct Common {
   }
   Positions positions() const {
     Positions p;
-    if (layout != "sbhd" && layout != "thd") throw Error("layout '" + layout + "': expected 'sbhd' or 'thd'");
+    if (layout != "sbhd" && layout != "thd")
+      throw Error("layout '" + layout + "': expected 'sbhd' or 'thd'");
     p.layout = layout == "thd" ? TokenLayout::thd : TokenLayout::sbhd;
     p.freq_mode = freq_mode == "packed" ? FreqMode::packed : FreqMode::per_sequence;
     p.cp_size = cp_size;
@@ -195,7 +203,8 @@ std::vector<py::ssize_t> shape_of(const py::array& a) {
 }
 
 // rope or rope_backward on the reference: a new array; the device status word as well.
-py::tuple rope_op(bool backward, const py::array& x, std::int64_t nope_dim, std::int64_t emb_dim, const Common& c) {
+py::tuple rope_op(bool backward, const py::array& x, std::int64_t nope_dim, std::int64_t emb_dim,
+                  const Common& c) {
   const DType dt = element_type(x, c.dtype);
   py::array out = empty_like(x, shape_of(x));
   DeviceStatus status = kStatusOk;
@@ -237,15 +246,19 @@ py::tuple kv_op(bool backward, const py::array& x0, const py::array& x1, std::in
   return py::make_tuple(y0, y1, status);
 }
 
-// YaRN cos/sin tables [rows, emb_dim] on the reference (docs/semantics.md §4 yarn_tables); `dtype` is
-// "f32", "f16" or "bf16" (uint16 bits); `concentration` NaN means Megatron's factor.
-py::tuple yarn_op(std::int64_t rows, std::int64_t emb_dim, const YarnParams& params, std::int64_t offset,
-                  const std::string& table_layout, const std::string& dtype) {
+// YaRN cos/sin tables [rows, emb_dim] on the reference (docs/semantics.md §4 yarn_tables); `dtype`
+// is "f32", "f16" or "bf16" (uint16 bits); `concentration` NaN means Megatron's factor.
+py::tuple yarn_op(std::int64_t rows, std::int64_t emb_dim, const YarnParams& params,
+                  std::int64_t offset, const std::string& table_layout, const std::string& dtype) {
   if (rows < 0) throw Error("rows: must be >= 0, got " + std::to_string(rows));
-  const DType dt = dtype == "f32" ? DType::f32 : dtype == "f16" ? DType::f16 : dtype == "bf16" ? DType::bf16
-                 : throw Error("dtype '" + dtype + "': expected 'f32', 'f16' or 'bf16'");
-  const py::dtype np_type = dt == DType::f32 ? py::dtype::of<float>()
-                            : dt == DType::f16 ? py::dtype("float16") : py::dtype::of<std::uint16_t>();
+  const DType dt = dtype == "f32"   ? DType::f32
+                   : dtype == "f16" ? DType::f16
+                   : dtype == "bf16"
+                       ? DType::bf16
+                       : throw Error("dtype '" + dtype + "': expected 'f32', 'f16' or 'bf16'");
+  const py::dtype np_type = dt == DType::f32   ? py::dtype::of<float>()
+                            : dt == DType::f16 ? py::dtype("float16")
+                                               : py::dtype::of<std::uint16_t>();
   py::array cos(np_type, {rows, emb_dim}), sin(np_type, {rows, emb_dim});
   YarnTablesCall call{params, offset, pair_layout(table_layout), view_of<void>(cos, dt, "cos"),
                       view_of<void>(sin, dt, "sin")};
@@ -268,9 +281,10 @@ std::shared_ptr<py::object> hold(py::object o) {
 
 // The Python call object: a types.SimpleNamespace of the call's fields, its tensors NumPy
 // views of the harness's buffers (inputs read-only).
-py::object call_object(Op op, bool in_place, std::vector<py::array> inputs, std::vector<py::array> outputs,
-                       std::int64_t nope_dim, std::int64_t emb_dim, std::int64_t k_dim, std::int64_t v_dim,
-                       const Rotation& r, const Positions& p, DeviceStatus* status, DType dtype) {
+py::object call_object(Op op, bool in_place, std::vector<py::array> inputs,
+                       std::vector<py::array> outputs, std::int64_t nope_dim, std::int64_t emb_dim,
+                       std::int64_t k_dim, std::int64_t v_dim, const Rotation& r,
+                       const Positions& p, DeviceStatus* status, DType dtype) {
   py::dict d;
   d["op"] = std::string(to_string(op));
   d["in_place"] = in_place;
@@ -302,7 +316,8 @@ py::object call_object(Op op, bool in_place, std::vector<py::array> inputs, std:
 void call_python(const py::object& backend, const char* method, const py::object& call) {
   const std::string what = std::string(call.attr("op").cast<std::string>()) +
                            (call.attr("in_place").cast<bool>() ? " in place" : "");
-  if (!py::hasattr(backend, method)) throw harness::Unsupported(what + " is not provided by the Python backend");
+  if (!py::hasattr(backend, method))
+    throw harness::Unsupported(what + " is not provided by the Python backend");
   try {
     if (py::hasattr(backend, "supports")) {
       py::object verdict = backend.attr("supports")(call);
@@ -331,43 +346,48 @@ harness::Backend python_backend(std::shared_ptr<py::object> b, const std::string
   out.name = name;
   out.rope = [b](const RopeCall& c) {
     py::gil_scoped_acquire gil;
-    call_python(*b, "rope", call_object(Op::rope, false, {array_of(c.t, false)}, {array_of(c.out, true)},
-                                        c.args.nope_dim, c.args.emb_dim, 0, 0, c.args.rotation,
-                                        c.args.positions, c.args.status, c.t.dtype));
+    call_python(*b, "rope",
+                call_object(Op::rope, false, {array_of(c.t, false)}, {array_of(c.out, true)},
+                            c.args.nope_dim, c.args.emb_dim, 0, 0, c.args.rotation,
+                            c.args.positions, c.args.status, c.t.dtype));
   };
   out.rope_inplace = [b](const RopeInplaceCall& c) {
     py::gil_scoped_acquire gil;
     const py::array t = array_of(c.t, true);
-    call_python(*b, "rope", call_object(Op::rope, true, {t}, {t}, c.args.nope_dim, c.args.emb_dim, 0, 0,
-                                        c.args.rotation, c.args.positions, c.args.status, c.t.dtype));
+    call_python(*b, "rope",
+                call_object(Op::rope, true, {t}, {t}, c.args.nope_dim, c.args.emb_dim, 0, 0,
+                            c.args.rotation, c.args.positions, c.args.status, c.t.dtype));
   };
   out.rope_backward = [b](const RopeBackwardCall& c) {
     py::gil_scoped_acquire gil;
-    call_python(*b, "rope", call_object(Op::rope_backward, false, {array_of(c.grad_out, false)},
-                                        {array_of(c.grad_t, true)}, c.args.nope_dim, c.args.emb_dim, 0, 0,
-                                        c.args.rotation, c.args.positions, c.args.status, c.grad_out.dtype));
+    call_python(*b, "rope",
+                call_object(Op::rope_backward, false, {array_of(c.grad_out, false)},
+                            {array_of(c.grad_t, true)}, c.args.nope_dim, c.args.emb_dim, 0, 0,
+                            c.args.rotation, c.args.positions, c.args.status, c.grad_out.dtype));
   };
   out.rope_backward_inplace = [b](const RopeBackwardInplaceCall& c) {
     py::gil_scoped_acquire gil;
     const py::array g = array_of(c.grad, true);
-    call_python(*b, "rope", call_object(Op::rope_backward, true, {g}, {g}, c.args.nope_dim, c.args.emb_dim,
-                                        0, 0, c.args.rotation, c.args.positions, c.args.status, c.grad.dtype));
+    call_python(*b, "rope",
+                call_object(Op::rope_backward, true, {g}, {g}, c.args.nope_dim, c.args.emb_dim, 0,
+                            0, c.args.rotation, c.args.positions, c.args.status, c.grad.dtype));
   };
   out.kv_split = [b](const KvSplitCall& c) {
     py::gil_scoped_acquire gil;
     call_python(*b, "kv_split",
                 call_object(Op::kv_split, false, {array_of(c.kv, false), array_of(c.k_pe, false)},
-                            {array_of(c.key, true), array_of(c.value, true)}, 0, c.args.emb_dim, c.args.k_dim,
-                            c.args.v_dim, c.args.rotation, c.args.positions, c.args.status, c.kv.dtype));
+                            {array_of(c.key, true), array_of(c.value, true)}, 0, c.args.emb_dim,
+                            c.args.k_dim, c.args.v_dim, c.args.rotation, c.args.positions,
+                            c.args.status, c.kv.dtype));
   };
   out.kv_split_backward = [b](const KvSplitBackwardCall& c) {
     py::gil_scoped_acquire gil;
     call_python(*b, "kv_split_backward",
                 call_object(Op::kv_split_backward, false,
                             {array_of(c.grad_key, false), array_of(c.grad_value, false)},
-                            {array_of(c.grad_kv, true), array_of(c.grad_k_pe, true)}, 0, c.args.emb_dim,
-                            c.args.k_dim, c.args.v_dim, c.args.rotation, c.args.positions, c.args.status,
-                            c.grad_key.dtype));
+                            {array_of(c.grad_kv, true), array_of(c.grad_k_pe, true)}, 0,
+                            c.args.emb_dim, c.args.k_dim, c.args.v_dim, c.args.rotation,
+                            c.args.positions, c.args.status, c.grad_key.dtype));
   };
   return out;
 }
@@ -375,14 +395,15 @@ harness::Backend python_backend(std::shared_ptr<py::object> b, const std::string
 Op parse_op(const std::string& name) {
   for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
     if (name == to_string(op)) return op;
-  throw Error("ops: '" + name + "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
+  throw Error("ops: '" + name +
+              "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
 }
 
 // mlarope.fuzz: the fuzzer on a backend of Python callables (one worker: the GIL).
 py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint64_t seed,
               std::vector<std::string> ops, std::vector<std::string> dtypes,
-              std::vector<std::string> table_dtypes, bool in_place, std::string layouts, std::string out,
-              int size, bool quiet) {
+              std::vector<std::string> table_dtypes, bool in_place, std::string layouts,
+              std::string out, int size, bool quiet) {
   harness::FuzzOptions o;
   o.seconds = seconds;
   o.cases = cases;
@@ -400,7 +421,8 @@ py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint6
     o.yarn_only = yarn_listed && o.ops.empty();
   }
   for (const std::string& name : dtypes) o.dtypes.push_back(parse_dtype(name, "dtypes"));
-  for (const std::string& name : table_dtypes) o.table_dtypes.push_back(parse_dtype(name, "table_dtypes"));
+  for (const std::string& name : table_dtypes)
+    o.table_dtypes.push_back(parse_dtype(name, "table_dtypes"));
   o.in_place = in_place;
   o.layouts = layouts;
   o.backend = "python:" + std::string(py::str(py::type::of(backend).attr("__name__")));
@@ -425,7 +447,8 @@ py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint6
     d["index"] = f.index;
     d["seed"] = f.seed;
     d["description"] = f.description;
-    d["dir"] = f.dir.empty() ? py::object(py::none()) : py::object(py::str((o.out / f.dir).string()));
+    d["dir"] =
+        f.dir.empty() ? py::object(py::none()) : py::object(py::str((o.out / f.dir).string()));
     py::list checks;
     for (const auto& [check, message] : f.checks) checks.append(py::make_tuple(check, message));
     d["checks"] = checks;
@@ -457,11 +480,12 @@ py::dict check_case(py::object backend, const std::string& dir) {
   }
   py::dict r;
   r["ok"] = report.ok();
-  r["unsupported"] = report.unsupported.empty() ? py::object(py::none()) : py::object(py::str(report.unsupported));
+  r["unsupported"] =
+      report.unsupported.empty() ? py::object(py::none()) : py::object(py::str(report.unsupported));
   py::list results;
   for (const harness::CheckResult& x : report.results)
-    results.append(py::make_tuple(std::string(to_string(x.check)), std::string(to_string(x.outcome)),
-                                  harness::format_result(x)));
+    results.append(py::make_tuple(std::string(to_string(x.check)),
+                                  std::string(to_string(x.outcome)), harness::format_result(x)));
   r["results"] = results;
   r["status"] = report.status;
   return r;
@@ -472,7 +496,8 @@ py::tuple load_case(const std::string& dir) {
   const harness::Case c = harness::read_case(dir);
   py::dict arrays;
   for (const auto& [name, a] : c.arrays) {
-    py::array arr(py::dtype(std::string(npy::dtype_descr(a.dtype))), std::vector<py::ssize_t>(a.shape.begin(), a.shape.end()));
+    py::array arr(py::dtype(std::string(npy::dtype_descr(a.dtype))),
+                  std::vector<py::ssize_t>(a.shape.begin(), a.shape.end()));
     std::memcpy(arr.mutable_data(), a.bytes.data(), a.bytes.size());
     arrays[name.c_str()] = arr;
   }
@@ -507,7 +532,8 @@ PYBIND11_MODULE(_mlarope, m) {
       .def(py::init<>())
       .def_readwrite("rotary_base", &YarnParams::rotary_base)
       .def_readwrite("scaling_factor", &YarnParams::scaling_factor)
-      .def_readwrite("original_max_position_embeddings", &YarnParams::original_max_position_embeddings)
+      .def_readwrite("original_max_position_embeddings",
+                     &YarnParams::original_max_position_embeddings)
       .def_readwrite("beta_fast", &YarnParams::beta_fast)
       .def_readwrite("beta_slow", &YarnParams::beta_slow)
       .def_readwrite("mscale", &YarnParams::mscale)

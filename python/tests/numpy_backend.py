@@ -2,6 +2,7 @@
 """A kernel written in NumPy, checked by mlarope.fuzz: rope on SBHD f32 tensors, out of place,
 pairs in the half layout (the C ABI's minimal plugin, in Python). Every other call is declined,
 and the harness counts it as not supported."""
+
 import numpy as np
 
 
@@ -11,9 +12,16 @@ class NumpyRope:
         self.raise_on_call = raise_on_call
 
     def supports(self, call):
-        ok = (call.op == "rope" and not call.in_place and call.layout == "sbhd" and call.dtype == "f32"
-              and call.table_dtype == "f32" and call.cp_size == 1 and call.seq_offsets is None
-              and call.in_layout == call.out_layout == call.table_layout == "half")
+        ok = (
+            call.op == "rope"
+            and not call.in_place
+            and call.layout == "sbhd"
+            and call.dtype == "f32"
+            and call.table_dtype == "f32"
+            and call.cp_size == 1
+            and call.seq_offsets is None
+            and call.in_layout == call.out_layout == call.table_layout == "half"
+        )
         return ok, "only SBHD f32 rope out of place, half layouts, no CP or offsets"
 
     def rope(self, call):
@@ -27,8 +35,8 @@ class NumpyRope:
         S = t.shape[0]
         cos = call.cos.reshape(call.cos.shape[0], call.cos.shape[-1])[:S, None, None, :]
         sin = call.sin.reshape(call.sin.shape[0], call.sin.shape[-1])[:S, None, None, :]
-        u, v = t[..., n:n + half], t[..., n + half:]
+        u, v = t[..., n : n + half], t[..., n + half :]
         out[..., :n] = t[..., :n]
         with np.errstate(invalid="ignore", over="ignore"):  # IEEE: inf - inf is NaN, as in a kernel
-            out[..., n:n + half] = u * cos[..., :half] - v * np.float32(sg) * sin[..., :half]
-            out[..., n + half:] = v * cos[..., half:] + u * np.float32(sg) * sin[..., half:]
+            out[..., n : n + half] = u * cos[..., :half] - v * np.float32(sg) * sin[..., :half]
+            out[..., n + half :] = v * cos[..., half:] + u * np.float32(sg) * sin[..., half:]

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Python package, as a kernel developer uses it (run by ci/python-test.sh after
 `pip install .`): the reference on NumPy arrays, and mlarope.fuzz on kernels written in NumPy."""
+
 import json
 import os
 import re
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 
 import mlarope
-from numpy_backend import NumpyRope
 from docs_example import MyRope
+from numpy_backend import NumpyRope
 
 
 def rotate_half(t, cos, sin, nope, inverse=False):
@@ -19,9 +20,15 @@ def rotate_half(t, cos, sin, nope, inverse=False):
     sg = -1.0 if inverse else 1.0
     c, s = cos[:, None, None, :].astype(np.float64), sin[:, None, None, :].astype(np.float64)
     x = t.astype(np.float64)
-    u, v = x[..., nope:nope + half], x[..., nope + half:]
-    return np.concatenate([x[..., :nope], u * c[..., :half] - sg * v * s[..., :half],
-                           v * c[..., half:] + sg * u * s[..., half:]], axis=-1)
+    u, v = x[..., nope : nope + half], x[..., nope + half :]
+    return np.concatenate(
+        [
+            x[..., :nope],
+            u * c[..., :half] - sg * v * s[..., :half],
+            v * c[..., half:] + sg * u * s[..., half:],
+        ],
+        axis=-1,
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -29,13 +36,24 @@ def rotate_half(t, cos, sin, nope, inverse=False):
 def test_reference_rope_on_numpy_arrays(dtype, inverse):
     rng = np.random.default_rng(1)
     t = rng.standard_normal((5, 2, 3, 24)).astype(dtype)
-    cos, sin = rng.standard_normal((5, 16)).astype(np.float32), rng.standard_normal((5, 16)).astype(np.float32)
-    out, status = mlarope.rope(t, cos, sin, nope_dim=8, emb_dim=16, in_layout="half", inverse=inverse)
+    cos, sin = (
+        rng.standard_normal((5, 16)).astype(np.float32),
+        rng.standard_normal((5, 16)).astype(np.float32),
+    )
+    out, status = mlarope.rope(
+        t, cos, sin, nope_dim=8, emb_dim=16, in_layout="half", inverse=inverse
+    )
     assert status == 0 and out.dtype == dtype and out.shape == t.shape
-    expected = rotate_half(t, cos, sin, 8, inverse).astype(dtype)  # rounded once, as the semantics say
+    expected = rotate_half(t, cos, sin, 8, inverse).astype(
+        dtype
+    )  # rounded once, as the semantics say
     assert np.array_equal(out[..., :8], t[..., :8])  # the nope part is copied bit for bit
-    np.testing.assert_allclose(out.astype(np.float64), expected.astype(np.float64),
-                               rtol=0, atol=float(np.finfo(dtype).eps) * 8)
+    np.testing.assert_allclose(
+        out.astype(np.float64),
+        expected.astype(np.float64),
+        rtol=0,
+        atol=float(np.finfo(dtype).eps) * 8,
+    )
 
 
 def test_reference_reads_strided_views_without_copying():
@@ -55,19 +73,26 @@ def test_kv_split_and_its_backward_on_the_reference():
     key, value, status = mlarope.kv_split(kv, k_pe, cos, sin, k_dim=5, v_dim=7, emb_dim=8)
     assert status == 0 and key.shape == (3, 1, 4, 13) and value.shape == (3, 1, 4, 7)
     assert np.array_equal(key[..., :5], kv[..., :5]) and np.array_equal(value, kv[..., 5:])
-    deinterleaved = np.concatenate([k_pe[..., 0::2], k_pe[..., 1::2]], axis=-1)  # interleaved in, half out
+    deinterleaved = np.concatenate(
+        [k_pe[..., 0::2], k_pe[..., 1::2]], axis=-1
+    )  # interleaved in, half out
     assert np.array_equal(key[..., 5:], np.broadcast_to(deinterleaved, (3, 1, 4, 8)))
-    grad_kv, grad_k_pe, _ = mlarope.kv_split_backward(key, value, cos, sin, k_dim=5, v_dim=7, emb_dim=8,
-                                                      in_layout="half")
+    grad_kv, grad_k_pe, _ = mlarope.kv_split_backward(
+        key, value, cos, sin, k_dim=5, v_dim=7, emb_dim=8, in_layout="half"
+    )
     assert grad_kv.shape == (3, 1, 4, 12) and grad_k_pe.shape == (3, 1, 1, 8)
     np.testing.assert_allclose(grad_k_pe[:, :, 0], key[..., 5:].sum(axis=2), rtol=1e-6)
 
 
 def test_yarn_tables_rows_layouts_and_dtypes():
-    params = dict(scaling_factor=40.0, original_max_position_embeddings=64, mscale=1.0, mscale_all_dim=0.0)
+    params = dict(
+        scaling_factor=40.0, original_max_position_embeddings=64, mscale=1.0, mscale_all_dim=0.0
+    )
     cos, sin = mlarope.yarn_tables(6, 8, offset=3, **params)
     assert cos.dtype == np.float32 and cos.shape == (6, 8)
-    assert np.array_equal(cos[:, :4], cos[:, 4:]) and np.array_equal(sin[:, :4], sin[:, 4:])  # [f, f]
+    assert np.array_equal(cos[:, :4], cos[:, 4:]) and np.array_equal(
+        sin[:, :4], sin[:, 4:]
+    )  # [f, f]
     later, _ = mlarope.yarn_tables(1, 8, offset=5, **params)
     assert np.array_equal(later[0], cos[2])  # row r holds position offset + r
     m = 0.1 * np.log(40.0) + 1.0  # Megatron's mscale(40, 1) / mscale(40, 0): the concentration
@@ -91,7 +116,14 @@ class DeclinesAll:
 
 def test_check_replays_a_repro_on_any_backend(tmp_path):
     with pytest.raises(mlarope.FuzzFailure) as failure:
-        mlarope.fuzz(NumpyRope(drop_inverse=True), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(
+            NumpyRope(drop_inverse=True),
+            cases=8000,
+            ops=["rope"],
+            seed=7,
+            out=str(tmp_path),
+            quiet=True,
+        )
     repro = failure.value.result["failures"][0]["dir"]
     broken = mlarope.check(NumpyRope(drop_inverse=True), repro)
     assert not broken["ok"] and any(outcome == "fail" for _, outcome, _ in broken["results"])
@@ -102,9 +134,20 @@ def test_check_replays_a_repro_on_any_backend(tmp_path):
 
 
 def test_fuzz_narrowed_to_what_a_backend_provides(tmp_path):
-    wide = mlarope.fuzz(NumpyRope(), cases=3000, ops=["rope"], seed=5, out=str(tmp_path / "wide"), quiet=True)
-    narrow = mlarope.fuzz(NumpyRope(), cases=3000, ops=["rope"], seed=5, dtypes=["f32"], table_dtypes=["f32"],
-                          in_place=False, out=str(tmp_path / "narrow"), quiet=True)
+    wide = mlarope.fuzz(
+        NumpyRope(), cases=3000, ops=["rope"], seed=5, out=str(tmp_path / "wide"), quiet=True
+    )
+    narrow = mlarope.fuzz(
+        NumpyRope(),
+        cases=3000,
+        ops=["rope"],
+        seed=5,
+        dtypes=["f32"],
+        table_dtypes=["f32"],
+        in_place=False,
+        out=str(tmp_path / "narrow"),
+        quiet=True,
+    )
     with open(tmp_path / "narrow" / "fuzz.json") as f:
         counts = json.load(f)["counts"]
     assert set(counts["dtype"]) == {"f32"} and set(counts["table_dtype"]) == {"f32"}
@@ -121,11 +164,15 @@ def test_fuzz_narrowed_to_what_a_backend_provides(tmp_path):
 def test_bad_input_is_a_named_error():
     t = np.zeros((2, 1, 1, 8), np.float32)
     with pytest.raises(mlarope.Error, match="emb_dim"):
-        mlarope.rope(t, np.ones((2, 7), np.float32), np.ones((2, 7), np.float32), nope_dim=1, emb_dim=7)
+        mlarope.rope(
+            t, np.ones((2, 7), np.float32), np.ones((2, 7), np.float32), nope_dim=1, emb_dim=7
+        )
 
 
 def test_a_numpy_kernel_fuzzes_clean_and_the_declined_calls_are_counted(tmp_path):
-    result = mlarope.fuzz(NumpyRope(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+    result = mlarope.fuzz(
+        NumpyRope(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True
+    )
     assert result["failing_cases"] == 0
     assert "not supported (declined cases" in result["summary"]
     assert "rope: only SBHD f32 rope" in result["summary"]
@@ -134,16 +181,32 @@ def test_a_numpy_kernel_fuzzes_clean_and_the_declined_calls_are_counted(tmp_path
 
 def test_a_kernel_that_drops_inverse_fails_with_a_loadable_repro(tmp_path):
     with pytest.raises(mlarope.FuzzFailure) as failure:
-        mlarope.fuzz(NumpyRope(drop_inverse=True), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(
+            NumpyRope(drop_inverse=True),
+            cases=8000,
+            ops=["rope"],
+            seed=7,
+            out=str(tmp_path),
+            quiet=True,
+        )
     first = failure.value.result["failures"][0]
     assert "repro: " + first["dir"] in str(failure.value)
     config, arrays = mlarope.load_case(first["dir"])
-    assert config["op"] == "rope" and {"t", "cos", "sin"} <= set(arrays)  # inverse, or its round trip
+    assert config["op"] == "rope" and {"t", "cos", "sin"} <= set(
+        arrays
+    )  # inverse, or its round trip
 
 
 def test_a_python_exception_is_a_failing_case_with_its_traceback(tmp_path):
     with pytest.raises(mlarope.FuzzFailure, match="broken on purpose") as failure:
-        mlarope.fuzz(NumpyRope(raise_on_call=True), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(
+            NumpyRope(raise_on_call=True),
+            cases=8000,
+            ops=["rope"],
+            seed=7,
+            out=str(tmp_path),
+            quiet=True,
+        )
     assert "Traceback (most recent call last)" in str(failure.value)
 
 
@@ -154,7 +217,9 @@ class WritesItsInput(NumpyRope):
 
 def test_a_kernel_writing_its_input_fails(tmp_path):
     with pytest.raises(mlarope.FuzzFailure, match="read-only"):
-        mlarope.fuzz(WritesItsInput(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(
+            WritesItsInput(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True
+        )
 
 
 def test_the_docs_example_fuzzes_clean(tmp_path):
