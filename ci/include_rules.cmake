@@ -11,8 +11,8 @@
 # fuzz/), the public API
 # ("mlarope/..."), and other top-level modules' headers (a name without a folder, such as
 # "reference.h"), except in cuda/kernels, which sees only itself, the two plain-type headers of
-# the API and a few standard headers. Tests (*_test.cpp, *_util.h, cuda/tests, cuda/testing)
-# may include anything; nothing else may include cuda/testing.
+# the API and a few standard headers. Tests (*_test.cpp, *_util.h, cuda/tests, cuda/test_support)
+# may include anything; nothing else may include cuda/test_support.
 cmake_minimum_required(VERSION 3.24)
 
 # folder -> the folders (first path component of a quoted include) its sources may include.
@@ -28,8 +28,8 @@ set(rule_fuzz "io;backends;checks;fuzz")
 set(rule_cli "io;backends;checks;fuzz;cli")
 set(checked_folders cuda/kernels cuda/launch cuda/host cuda/device cuda harness/io
                     harness/backends harness/checks fuzz cli)
-# Sources built only into test binaries (they link the faulty kernel build of cuda/testing).
-set(test_support_files fuzz/broken_kernels.h fuzz/broken_kernels.cpp)
+# Sources built only into test binaries (they link the faulty kernel build of cuda/test_support).
+set(test_only_files fuzz/broken_kernels.h fuzz/broken_kernels.cpp)
 # What a kernel header may include besides cuda/kernels: plain types of the API, and standard
 # headers that compile for the device (emmintrin.h only under a host-compiler guard).
 set(kernel_api_headers "mlarope/types.h;mlarope/status.h")
@@ -78,7 +78,7 @@ function(check_tree root out)
     file(GLOB files RELATIVE "${root}/${folder}" "${root}/${folder}/*.h" "${root}/${folder}/*.cpp"
          "${root}/${folder}/*.cu" "${root}/${folder}/*.cuh")
     foreach(file IN LISTS files)
-      if(file MATCHES "_test\\.cpp$" OR file MATCHES "_util\\.h$" OR "${folder}/${file}" IN_LIST test_support_files)
+      if(file MATCHES "_test\\.cpp$" OR file MATCHES "_util\\.h$" OR "${folder}/${file}" IN_LIST test_only_files)
         continue()
       endif()
       check_file("${root}" "${folder}" "${file}" found)
@@ -95,7 +95,7 @@ if(SELF_TEST)
   file(WRITE "${fixture}/cuda/kernels/sees_vector.h" "#include <vector>\n")
   file(WRITE "${fixture}/cuda/kernels/sees_reference.h" "#include \"reference.h\"\n")
   file(WRITE "${fixture}/cuda/kernels/sees_api.h" "#include \"mlarope/backend.h\"\n")
-  file(WRITE "${fixture}/cuda/host/sees_testing.cpp" "#include \"testing/faulty_host_stream.h\"\n")
+  file(WRITE "${fixture}/cuda/host/sees_testing.cpp" "#include \"test_support/faulty_host_stream.h\"\n")
   file(WRITE "${fixture}/cuda/launch/sees_host.h" "#include \"host/host_kernels.h\"\n")
   file(WRITE "${fixture}/cuda/device/sees_host.cpp" "#include \"host/host_stream.h\"\n")
   file(WRITE "${fixture}/harness/checks/sees_fuzz.cpp" "  #  include \"fuzz/fuzz.h\"\n")

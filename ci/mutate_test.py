@@ -573,12 +573,12 @@ class MutantStep(unittest.TestCase):
 class FaultAnchors(unittest.TestCase):
     def test_a_mutant_inside_an_anchor_is_recognised(self):
         with tempfile.TemporaryDirectory() as d:
-            os.makedirs(os.path.join(d, "cuda", "testing"))
+            os.makedirs(os.path.join(d, "cuda", "test_support"))
             os.makedirs(os.path.join(d, "cuda", "kernels"))
             code = "int f() {\n  if (lo < hi) lo = mid;\n  return lo + 1;\n}\n"
             with open(os.path.join(d, "cuda", "kernels", "k.h"), "w") as f:
                 f.write(code)
-            with open(os.path.join(d, "cuda", "testing", "kernel_faults.txt"), "w") as f:
+            with open(os.path.join(d, "cuda", "test_support", "kernel_faults.txt"), "w") as f:
                 f.write("fault: x\nfile: kernels/k.h\nexpression: lo < hi\nbecomes: lo <= hi\n")
             spans = fault_anchor_spans(d)
             touched = {

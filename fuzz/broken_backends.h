@@ -4,7 +4,7 @@
 // built from edited copies of the kernel sources, say), append to broken_backends() or register it
 // from a source file linked into broken_backends_test with a static BrokenBackendRegistrar. The
 // kernel-level variants ("broken:kernel_<fault>", broken_kernels.h: copies of the real kernel
-// sources with the edits of cuda/testing/kernel_faults.txt) register that way in
+// sources with the edits of cuda/test_support/kernel_faults.txt) register that way in
 // broken_kernels_test.
 #pragma once
 

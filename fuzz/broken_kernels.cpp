@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "testing/faulty_host_stream.h"
+#include "test_support/faulty_host_stream.h"
 
 namespace mlarope::props {
 

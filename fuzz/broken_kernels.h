@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Kernel-level broken variants: the host backend built from copies of the
-// real kernel sources with the edits of cuda/testing/kernel_faults.txt (mlarope_host_faulty,
+// real kernel sources with the edits of cuda/test_support/kernel_faults.txt (mlarope_host_faulty,
 // test builds only), each wrong in one way (kernel_faults.h), registered as broken backends
 // "broken:kernel_<fault>" by a static BrokenBackendRegistrar in broken_kernels.cpp: a binary that
 // links that file (the test broken_kernels_test) can resolve them by name like the reference
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fuzz/broken_backends.h"
-#include "testing/kernel_faults.h"
+#include "test_support/kernel_faults.h"
 
 namespace mlarope::props {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The checks catch broken kernels: copies of the real kernel sources with the
-// edits of cuda/testing/kernel_faults.txt (mlarope_host_faulty), one fault selected, through
+// edits of cuda/test_support/kernel_faults.txt (mlarope_host_faulty), one fault selected, through
 // the fuzzer's path (random specs through run_checks) within the default budget; and the same
 // library with no fault passes the very cases that caught each fault, so the test can fail both
 // ways.

@@ -348,7 +348,7 @@ class Campaign:
         if touches_anchor(site, spans):
             active = [c for c in self.checks if not c.needs_faults]
             record["skipped_checks"] = [
-                f"{c.name} (the mutant edits an anchor of cuda/testing/kernel_faults.txt)"
+                f"{c.name} (the mutant edits an anchor of cuda/test_support/kernel_faults.txt)"
                 for c in self.checks
                 if c.needs_faults
             ]

@@ -2,7 +2,7 @@
 """The checks a mutant goes through: the project's test binaries, property tests and a short
 `mlarope fuzz` on the host backend, each built from the scratch build. A check that exits
 non-zero kills the mutant. Also what a check's environment holds, and which mutants edit an
-anchor of the fault variants (cuda/testing/kernel_faults.txt)."""
+anchor of the fault variants (cuda/test_support/kernel_faults.txt)."""
 
 import collections
 import os
@@ -298,9 +298,10 @@ def failure_excerpt(out, limit=1500):
 
 
 def fault_anchor_spans(src_root):
-    """{cuda-relative file: [(start, end), ...]}: where the anchors of testing/kernel_faults.txt
-    sit in the scratch sources (a mutant there breaks the fault variants' generated sources)."""
-    path = os.path.join(src_root, "cuda", "testing", "kernel_faults.txt")
+    """{cuda-relative file: [(start, end), ...]}: where the anchors of
+    test_support/kernel_faults.txt sit in the scratch sources (a mutant there breaks the fault
+    variants' generated sources)."""
+    path = os.path.join(src_root, "cuda", "test_support", "kernel_faults.txt")
     spans = collections.defaultdict(list)
     if not os.path.exists(path):
         return spans

@@ -23,9 +23,10 @@ ROOT_DEFAULT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 HELP_EPILOG = """\
 sites:
   Files: {files}
-  (globs; --files replaces them; portability.h and host_simd.h are included: they hold the
-  f16/bf16 conversions and the SSE2 bf16 paths). The scan skips comments, string and char
-  literals, preprocessor lines, static_assert(...) and template parameter/argument lists
+  (globs; --files replaces them; float_convert.h, portability.h and host_simd.h are included:
+  they hold the f16/bf16 conversions, their bit casts and the SSE2 bf16 paths). The scan skips
+  comments, string and char literals, preprocessor lines, static_assert(...) and template
+  parameter/argument lists
   (`f<T, 2 * K>`: a change there changes types and rarely compiles). Operators:
 {operators}
   Binary operators count only with a space on each side (the project's style), so `<` of a
@@ -47,7 +48,7 @@ the run:
   timeout (a check ran past max(--check-timeout, --timeout-factor x its baseline time):
   counted as killed), did-not-build (first compiler error kept), equivalent (listed in
   --equivalents: not run unless --run-equivalent). A mutant that edits an anchor of
-  cuda/testing/kernel_faults.txt skips the checks whose binary links the fault variants
+  cuda/test_support/kernel_faults.txt skips the checks whose binary links the fault variants
   (launch_alignment), recorded in the mutant's skipped_checks. The checks' environment is
   cleared of the shard variables (SLURM_ARRAY_*, JOB_COMPLETION_INDEX, GTEST_SHARD_*) and of
   RC_PARAMS, MLAROPE_BACKEND, MLAROPE_PROPERTY_SCALE; MLAROPE_CASES_DIR is --cases-dir.

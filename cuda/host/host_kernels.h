@@ -10,7 +10,7 @@ namespace mlarope::host {
 
 /// The host instantiations of the kernel bodies: how a host stream runs each launch (returns
 /// when every block ran). A table, so that a test can hand a stream another build of the
-/// same bodies (cuda/testing/: the fault variants).
+/// same bodies (cuda/test_support/: the fault variants).
 struct KernelTable {
   void (*rope)(const HostExecutor& executor, const detail::RopeLaunch& l);
   void (*kv_split)(const HostExecutor& executor, const detail::KvSplitLaunch& l);

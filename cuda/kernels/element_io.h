@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/float_convert.h"
 #include "kernels/portability.h"
 #include "mlarope/types.h"
 

@@ -7,6 +7,7 @@
 
 #include "kernels/kernel_args.h"
 #include "kernels/portability.h"
+#include "kernels/work_division.h"
 
 namespace mlarope::kernels {
 

@@ -8,6 +8,7 @@
 #include "kernels/element_io.h"
 #include "kernels/grid.h"
 #include "kernels/portability.h"
+#include "kernels/work_division.h"
 #include "mlarope/status.h"
 #include "mlarope/types.h"
 

@@ -14,6 +14,7 @@
 #include "kernels/portability.h"
 #include "kernels/rope_kernels.h"
 #include "kernels/segment_copy.h"
+#include "kernels/work_division.h"
 
 namespace mlarope::kernels {
 

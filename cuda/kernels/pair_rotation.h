@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/element_io.h"
+#include "kernels/float_convert.h"
 #include "kernels/host_simd.h"
 #include "kernels/kernel_args.h"
 #include "kernels/portability.h"

@@ -14,6 +14,7 @@
 #include "kernels/portability.h"
 #include "kernels/row_rounds.h"
 #include "kernels/segment_copy.h"
+#include "kernels/work_division.h"
 
 namespace mlarope::kernels {
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/portability.h"
+#include "kernels/work_division.h"
 
 namespace mlarope::kernels {
 

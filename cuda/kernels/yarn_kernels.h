@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/float_convert.h"
 #include "kernels/kernel_args.h"
 #include "kernels/pair_rotation.h"
 #include "kernels/portability.h"

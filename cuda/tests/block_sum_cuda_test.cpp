@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The phased block sum (testing/block_sum.h: __shared__ + __syncthreads() on the GPU) on a CUDA
-// device: each block's sum is exact. ci/gpu-check.sh runs this binary under compute-sanitizer's
-// racecheck and synccheck too.
+// The phased block sum (test_support/block_sum.h: __shared__ + __syncthreads() on the GPU) on a
+// CUDA device: each block's sum is exact. ci/gpu-check.sh runs this binary under
+// compute-sanitizer's racecheck and synccheck too.
 #include <gtest/gtest.h>
 
 #include <vector>

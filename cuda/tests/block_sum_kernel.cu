@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The phased test body of testing/block_sum.h as a CUDA kernel: block barriers and shared
+// The phased test body of test_support/block_sum.h as a CUDA kernel: block barriers and shared
 // memory written once compile to __syncthreads() and __shared__. block_sum_cuda_test runs it
 // where a device is present (and ci/gpu-check.sh under racecheck and synccheck, beside the
 // production kernel with phases, the staged in-place rope).
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/portability.h"
-#include "testing/block_sum.h"
+#include "test_support/block_sum.h"
 #include "tests/block_sum_kernel.h"
 
 namespace mlarope::test_kernels {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host side of block_sum_kernel.cu: the phased block sum of testing/block_sum.h on a CUDA device.
+// Host side of block_sum_kernel.cu: the phased block sum of test_support/block_sum.h on a CUDA
+// device.
 #pragma once
 
 #include <vector>

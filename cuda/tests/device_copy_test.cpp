@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "testing/backend_test_util.h"
+#include "test_support/backend_test_util.h"
 
 namespace mlarope::test {
 namespace {

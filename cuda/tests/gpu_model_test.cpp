@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GPU model's detectors catch what they are for: each is shown a kernel
-// that is wrong in the one way it must see (cuda/testing/kernel_faults.txt), and the same
+// that is wrong in the one way it must see (cuda/test_support/kernel_faults.txt), and the same
 // build without the fault passes the same call, so every test here can fail both ways.
 //   - alignment: 16-byte copies chosen when only one of two tensors is aligned;
 //   - bounds: a store one element past the end of an output;
@@ -19,8 +19,8 @@
 #include "host/host_stream.h"
 #include "launch/footprint.h"
 #include "mlarope/error.h"
-#include "testing/faulty_host_stream.h"
-#include "testing/model_calls.h"
+#include "test_support/faulty_host_stream.h"
+#include "test_support/model_calls.h"
 
 namespace mlarope::test {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "mlarope/error.h"
-#include "testing/backend_cases.h"
+#include "test_support/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

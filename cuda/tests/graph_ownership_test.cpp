@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "mlarope/error.h"
-#include "testing/backend_cases.h"
+#include "test_support/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

@@ -14,7 +14,7 @@
 #include "device/cuda_backend.h"
 #include "host_convert.h"
 #include "reference.h"
-#include "testing/backend_cases.h"
+#include "test_support/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

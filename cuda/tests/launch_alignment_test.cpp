@@ -23,7 +23,7 @@
 #include "launch/launch_builder.h"
 #include "mlarope/backend.h"
 #include "mlarope/error.h"
-#include "testing/model_calls.h"
+#include "test_support/model_calls.h"
 
 namespace mlarope::test {
 namespace {

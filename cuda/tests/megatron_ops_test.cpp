@@ -7,7 +7,7 @@
 
 #include "mlarope/error.h"
 #include "mlarope/megatron_ops.h"
-#include "testing/backend_test_util.h"
+#include "test_support/backend_test_util.h"
 
 namespace mlarope::test {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "host/gpu_model.h"
 #include "host/host_executor.h"
-#include "testing/block_sum.h"
+#include "test_support/block_sum.h"
 
 namespace mlarope::test {
 namespace {

@@ -11,9 +11,11 @@
 
 #include "host_convert.h"
 #include "kernels/element_io.h"
+#include "kernels/float_convert.h"
 #include "kernels/host_simd.h"
 #include "kernels/portability.h"
 #include "kernels/segment_copy.h"
+#include "kernels/work_division.h"
 #include "launch/footprint.h"
 
 namespace mlarope::kernels {

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <vector>
 
-#include "testing/backend_cases.h"
+#include "test_support/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

@@ -33,7 +33,7 @@
 
 #include "compare.h"
 #include "host_convert.h"
-#include "testing/faulty_host_stream.h"
+#include "test_support/faulty_host_stream.h"
 
 using namespace mlarope;
 using fault_injection::FaultyHostStream;

@@ -8,7 +8,7 @@
 
 #include "host_convert.h"
 #include "reference.h"
-#include "testing/backend_cases.h"
+#include "test_support/backend_cases.h"
 
 namespace mlarope::test {
 namespace {

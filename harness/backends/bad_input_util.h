@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers of the bad input suite (bad_input_test.cpp): every buffer of a call lives in one
-// guarded byte arena, so a test can snapshot all of memory, run a call on any backend and
-// compare every byte afterwards (inputs, outputs, gaps, guards and the status word).
+// What the bad-input suite (bad_input_test.cpp) and the garbage-metadata suite
+// (garbage_metadata_test.cpp) share: every buffer of a call lives in one guarded byte arena, so
+// a test can snapshot all of memory, run a call on any backend and compare every byte afterwards
+// (inputs, outputs, gaps, guards and the status word).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -551,6 +554,189 @@ inline bool backend_available(const std::string& name, std::string* why) {
     return false;
   }
   return true;
+}
+
+// --- Shared by the bad-input and the garbage-metadata suites ---------------------------------
+
+inline constexpr std::int32_t kI32Max = std::numeric_limits<std::int32_t>::max();
+inline constexpr std::int32_t kI32Min = std::numeric_limits<std::int32_t>::min();
+inline constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+inline constexpr std::int64_t kI64Min = std::numeric_limits<std::int64_t>::min();
+
+// --- Running on a backend ----------------------------------------------------------------------
+
+// The CUDA backend gets a device copy of the whole arena (every pointer of the call moved into
+// it) and the whole arena back afterwards, so writes outside the views show up on the host too.
+// The copy keeps each address modulo 256 (place_copy), so misaligned views stay misaligned.
+class DeviceArena {
+ public:
+  explicit DeviceArena(Arena& arena)
+      : arena_(arena), placement_(place_copy(arena.base(), arena.size())),
+        buffer_(BackendKind::cuda, placement_.buffer_bytes) {
+    buffer_.copy_from_host(arena.base(), arena.size(), placement_.offset);
+  }
+  template <class P>
+  P* move(P* p) const {
+    const auto* c = reinterpret_cast<const unsigned char*>(p);
+    if (c < arena_.base() || c >= arena_.base() + arena_.size()) return p;
+    return reinterpret_cast<P*>(
+        const_cast<unsigned char*>(static_cast<const unsigned char*>(buffer_.data()) +
+                                   placement_.offset + (c - arena_.base())));
+  }
+  template <class Void>
+  BasicTensorView<Void> move(BasicTensorView<Void> v) const {
+    v.data = move(v.data);
+    return v;
+  }
+  template <class Args>
+  Args move_args(Args a) const {
+    a.rotation.cos = move(a.rotation.cos);
+    a.rotation.sin = move(a.rotation.sin);
+    a.positions.cu_seqlens.data = move(a.positions.cu_seqlens.data);
+    a.positions.position_ids.data = move(a.positions.position_ids.data);
+    a.positions.seq_offsets.data = move(a.positions.seq_offsets.data);
+    a.status = move(a.status);
+    return a;
+  }
+  void copy_back() { buffer_.copy_to_host(arena_.base(), arena_.size(), placement_.offset); }
+
+ private:
+  Arena& arena_;
+  CopyPlacement placement_;
+  DeviceBuffer buffer_;
+};
+
+// One backend under test: "reference", "host" (harness::Backend) or "cuda" (arena mirror).
+class Runner {
+ public:
+  explicit Runner(const std::string& name) : name_(name) {
+    if (name == "cuda") {
+      stream_ = std::make_shared<Stream>(Stream::cuda());
+    } else {
+      backend_ = harness::find_backend(name);
+      if (name == "host") stream_ = std::make_shared<Stream>(Stream::host());
+    }
+  }
+  const std::string& name() const { return name_; }
+
+  void run(Built& b) const {
+    if (name_ != "cuda") return bad_input::run(backend_, b);
+    DeviceArena d(b.arena);
+    // Copy back whether the call returns or throws: a rejected call must not have written
+    // device memory either.
+    run_then_finish([&] { run_on_device(d, b); },
+                    [&] {
+                      stream_->synchronize();
+                      d.copy_back();
+                    });
+  }
+
+  void run_on_device(const DeviceArena& d, Built& b) const {
+    switch (b.spec.op) {
+      case EntryPoint::rope:
+        mlarope::rope({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_);
+        break;
+      case EntryPoint::rope_inplace:
+        mlarope::rope_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_);
+        break;
+      case EntryPoint::rope_backward:
+        mlarope::rope_backward({d.move(b.in), d.move(b.out), d.move_args(b.rope_args)}, *stream_);
+        break;
+      case EntryPoint::rope_backward_inplace:
+        mlarope::rope_backward_inplace({d.move(b.io), d.move_args(b.rope_args)}, *stream_);
+        break;
+      case EntryPoint::kv_split:
+        mlarope::kv_split({d.move(b.in0), d.move(b.in1), d.move(b.out0), d.move(b.out1),
+                           d.move_args(b.kv_args)},
+                          *stream_);
+        break;
+      case EntryPoint::kv_split_backward:
+        mlarope::kv_split_backward({d.move(b.in0), d.move(b.in1), d.move(b.out0), d.move(b.out1),
+                                    d.move_args(b.kv_args)},
+                                   *stream_);
+        break;
+    }
+  }
+
+  // harness::Backend has no yarn member: the entry points directly.
+  void yarn(YarnTablesCall call, Arena& arena) const {
+    if (name_ != "cuda") {
+      const Arena::Poisoned poisoned(arena);
+      if (name_ == "reference") return reference::yarn_tables(call);
+      mlarope::yarn_tables(call, *stream_);
+      stream_->synchronize();
+      return;
+    }
+    DeviceArena d(arena);
+    call.cos = d.move(call.cos);
+    call.sin = d.move(call.sin);
+    run_then_finish([&] { mlarope::yarn_tables(call, *stream_); },
+                    [&] {
+                      stream_->synchronize();
+                      d.copy_back();
+                    });
+  }
+
+ private:
+  std::string name_;
+  harness::Backend backend_;
+  std::shared_ptr<Stream> stream_;
+};
+
+class BackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!backend_available(GetParam(), &why)) GTEST_SKIP() << why;
+    runner_ = std::make_unique<Runner>(GetParam());
+  }
+  const Runner& runner() const { return *runner_; }
+
+ private:
+  std::unique_ptr<Runner> runner_;
+};
+
+/// An edit of a call's description before it is built.
+using SpecEdit = std::function<void(Spec&)>;
+
+inline const char* layout_name(TokenLayout l) { return l == TokenLayout::sbhd ? "sbhd" : "thd"; }
+
+inline std::string trace(const Spec& s) {
+  return std::string(entry_point_name(s.op)) + " " + layout_name(s.layout) + " seed " +
+         std::to_string(s.seed);
+}
+
+// --- Accepted calls ----------------------------------------------------------------------------
+
+// Run the reference and the backend from the same memory: the backend's memory afterwards must
+// equal the reference's byte for byte, and the reference writes only output elements and the
+// status word. Returns the backend's status word.
+inline DeviceStatus expect_matches_reference(const Runner& runner, Built& b) {
+  static const harness::Backend reference = harness::reference_backend();
+  const std::vector<unsigned char> initial = b.arena.snapshot();
+  const std::vector<bool> mask = b.writable_mask();
+  try {
+    run(reference, b);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "the reference rejected a valid call: " << e.what();
+    return b.status_word();
+  }
+  const std::vector<unsigned char> expected = b.arena.snapshot();
+  EXPECT_TRUE(b.arena.same_bytes(expected, initial, &mask))
+      << "the reference wrote outside the outputs";
+  b.arena.restore(initial);
+  try {
+    runner.run(b);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << runner.name() << " rejected a valid call: " << e.what();
+  }
+  EXPECT_TRUE(b.arena.same_bytes(b.arena.snapshot(), expected))
+      << runner.name() << " differs from the reference";
+  return b.status_word();
+}
+
+inline std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
 }
 
 }  // namespace mlarope::bad_input

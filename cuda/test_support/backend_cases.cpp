@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Test cases of the rope family and kv_split (see backend_cases.h).
-#include "testing/backend_cases.h"
+#include "test_support/backend_cases.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Helpers of the backend tests (see backend_test_util.h).
-#include "testing/backend_test_util.h"
+#include "test_support/backend_test_util.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // FaultyHostStream (see faulty_host_stream.h): a HostStream whose kernel table is the faulty
 // build, with the fault selected around each launch it runs (and each replayed launch).
-#include "testing/faulty_host_stream.h"
+#include "test_support/faulty_host_stream.h"
 
 #include <chrono>
 #include <utility>

@@ -19,7 +19,7 @@
 #include "host/gpu_model.h"
 #include "mlarope/backend.h"
 #include "mlarope/ops.h"
-#include "testing/kernel_faults.h"
+#include "test_support/kernel_faults.h"
 
 namespace mlarope::fault_injection {
 

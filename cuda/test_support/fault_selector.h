@@ -8,7 +8,7 @@
 #error "the fault variants are host-only test builds (the selector is a host global)"
 #endif
 
-#include "testing/kernel_faults.h"
+#include "test_support/kernel_faults.h"
 
 namespace mlarope::fault_injection {
 /// The fault the kernel bodies apply now (a KernelFault); set around each launch by the faulty

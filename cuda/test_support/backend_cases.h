@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mlarope/megatron.h"
-#include "testing/backend_test_util.h"
+#include "test_support/backend_test_util.h"
 
 namespace mlarope::test {
 

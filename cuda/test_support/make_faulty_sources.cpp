@@ -130,8 +130,9 @@ std::string apply_edit(const std::string& text, const Edit& e) {
 std::string make_distinct(std::string text, const std::string& file) {
   const std::string context = "copy of " + file;
   if (file.rfind("kernels/", 0) == 0) {
-    text = replace_counted(text, "#pragma once\n",
-                           "#pragma once\n#include \"testing/fault_selector.h\"\n", 1, context);
+    text =
+        replace_counted(text, "#pragma once\n",
+                        "#pragma once\n#include \"test_support/fault_selector.h\"\n", 1, context);
     text = replace_counted(text, "namespace mlarope::kernels {\n",
                            "namespace mlarope::kernels {\ninline namespace faulty {\n", 1, context);
     return replace_counted(text, "}  // namespace mlarope::kernels\n",
@@ -139,10 +140,10 @@ std::string make_distinct(std::string text, const std::string& file) {
                            context);
   }
   if (file == "host/host_kernels.cpp") {
-    text =
-        replace_counted(text, "#include \"host/host_kernels.h\"\n",
-                        "#include \"host/host_kernels.h\"\n#include \"testing/fault_selector.h\"\n",
-                        1, context);
+    text = replace_counted(
+        text, "#include \"host/host_kernels.h\"\n",
+        "#include \"host/host_kernels.h\"\n#include \"test_support/fault_selector.h\"\n", 1,
+        context);
     return replace_counted(text, "const KernelTable& kernel_table() {",
                            "const KernelTable& faulty_kernel_table() {", 1, context);
   }
