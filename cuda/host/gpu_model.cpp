@@ -233,17 +233,20 @@ bool Recorder::observe(const void* address, int bytes, Access access) {
 template <class ShadowOf>
 void Recorder::check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes, Access access) {
   const auto thread = static_cast<std::uint16_t>(coord_.thread);
+  // The recorded read of a granule comes before this access. Several readers do only when all
+  // are of this block's earlier phases (kSeveral with its latest epoch among them).
+  const auto reads_ordered_before = [this](const Shadow& s, bool several) {
+    return several ? s.reader_thread == kSeveral && s.reader_epoch >= block_epoch_ &&
+                         s.reader_epoch < epoch_
+                   : ordered_before(s.reader_epoch, s.reader_thread);
+  };
   const std::uintptr_t last = (address + static_cast<std::uintptr_t>(bytes) - 1) >> kGranuleBits;
   for (std::uintptr_t granule = address >> kGranuleBits; granule <= last; ++granule) {
     Shadow& s = shadow_of(granule);
     const bool write_race = s.writer_epoch != 0 && !ordered_before(s.writer_epoch, s.writer_thread);
     const bool several = s.reader_thread == kSeveral || s.reader_thread == kSeveralBlocks;
-    // Several readers are ordered before a store only when all are of this block's earlier
-    // phases (kSeveral with its latest epoch among them).
-    const bool read_race = access == Access::store && s.reader_epoch != 0 &&
-                           (several ? !(s.reader_thread == kSeveral &&
-                                        s.reader_epoch >= block_epoch_ && s.reader_epoch < epoch_)
-                                    : !ordered_before(s.reader_epoch, s.reader_thread));
+    const bool read_race =
+        access == Access::store && s.reader_epoch != 0 && !reads_ordered_before(s, several);
     if (write_race || read_race) {
       const std::uint16_t other = write_race ? s.writer_thread : s.reader_thread;
       const bool this_block = (write_race ? s.writer_epoch : s.reader_epoch) >= block_epoch_;
@@ -259,10 +262,7 @@ void Recorder::check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes,
     }
     if (access == Access::store) {
       s.writer_epoch = epoch_, s.writer_thread = thread;
-    } else if (s.reader_epoch == 0 ||
-               (several ? s.reader_thread == kSeveral && s.reader_epoch >= block_epoch_ &&
-                              s.reader_epoch < epoch_
-                        : ordered_before(s.reader_epoch, s.reader_thread))) {
+    } else if (s.reader_epoch == 0 || reads_ordered_before(s, several)) {
       s.reader_epoch = epoch_, s.reader_thread = thread;  // replaces the reads ordered before it
     } else {
       s.reader_thread = s.reader_thread != kSeveralBlocks && s.reader_epoch >= block_epoch_
