@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -125,10 +126,31 @@ struct Worker {
   bool draw_yarn;
   FuzzStats stats;
 
+  std::string variant;  // the variant this worker's backend runs now ("" without variants)
+
+  // failures/case_NNNNNN, or with variants failures/case_NNNNNN-VARIANT (the variant's name
+  // kept to letters, digits and "=._", so that every variant of a case has its own directory).
   std::string failure_dir_name(std::int64_t index) const {
     char name[64];
     std::snprintf(name, sizeof name, "case_%06lld", static_cast<long long>(index));
-    return (fs::path("failures") / name).string();
+    std::string dir = name;
+    if (!variant.empty()) {
+      dir += '-';
+      for (char ch : variant)
+        dir += std::isalnum(static_cast<unsigned char>(ch)) || ch == '=' || ch == '.' ? ch : '_';
+    }
+    return (fs::path("failures") / dir).string();
+  }
+
+  // The failure's variant, counted, and written beside its case so that a replay selects it.
+  void note_variant(FuzzFailure& f) {
+    if (variant.empty()) return;
+    f.variant = variant;
+    f.description = "variant " + variant + ": " + f.description;
+    ++stats.counts["variant_failing"][variant];
+    if (f.dir.empty()) return;
+    std::ofstream file(options.out / f.dir / "variant.json");
+    file << nlohmann::json{{"variant", variant}}.dump() << "\n";
   }
 
   void yarn_case(std::int64_t index, std::uint64_t seed) {
@@ -148,7 +170,7 @@ struct Worker {
     if (report.ok()) return;
     ++stats.failing_cases;
     ++failing;
-    FuzzFailure f{index, seed, describe(c), "", {}};
+    FuzzFailure f{index, seed, describe(c), "", {}, ""};
     for (const CheckResult* r : report.failures())
       f.checks.emplace_back(std::string(to_string(r->check)), r->message);
     if (dirs_written++ < options.max_failure_dirs) {
@@ -161,6 +183,7 @@ struct Worker {
         f.dir.clear();
       }
     }
+    note_variant(f);
     stats.failures.push_back(std::move(f));
   }
 
@@ -168,7 +191,7 @@ struct Worker {
                       const Case& c, const CheckOptions& check_options, const CheckReport& report) {
     ++stats.failing_cases;
     ++failing;
-    FuzzFailure f{index, seed, props::describe(spec), "", {}};
+    FuzzFailure f{index, seed, props::describe(spec), "", {}, ""};
     for (const CheckResult* r : report.failures())
       f.checks.emplace_back(std::string(to_string(r->check)), r->message);
     if (dirs_written++ < options.max_failure_dirs) {
@@ -181,10 +204,22 @@ struct Worker {
         f.dir.clear();
       }
     }
+    note_variant(f);
     stats.failures.push_back(std::move(f));
   }
 
+  // Case `index` once, or once per variant.
   void one_case(std::int64_t index) {
+    if (options.variants.empty()) return one_run(index);
+    for (const std::string& v : options.variants) {
+      variant = v;
+      backend.select_variant(v);
+      ++stats.counts["variant"][v];
+      one_run(index);
+    }
+  }
+
+  void one_run(std::int64_t index) {
     const std::uint64_t seed = case_seed(options.seed, index);
     if (is_yarn_case(options, draw_yarn, seed, gen.ops.size())) return yarn_case(index, seed);
     const props::CaseSpec spec = props::random_spec(seed, options.size, gen);
@@ -239,6 +274,8 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   if (o.size < 0) throw Error("--size " + std::to_string(o.size) + ": expected >= 0");
   if (!o.make_backend)
     props::resolve_backend(o.backend);  // an unknown name fails before anything is written
+  for (const std::string& v : o.variants)
+    if (v.empty()) throw Error("variants: a variant's name is empty");
   std::error_code ec;
   fs::create_directories(o.out, ec);
   if (ec || !fs::is_directory(o.out))
@@ -257,6 +294,10 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   if (!options.dtypes.empty()) gen.dtypes = options.dtypes;
   if (!options.table_dtypes.empty()) gen.table_dtypes = options.table_dtypes;
   gen.in_place = options.in_place;
+  gen.position_ids = options.position_ids;
+  gen.seq_offsets = options.seq_offsets;
+  gen.packed = options.packed;
+  gen.power_of_two_dims = options.power_of_two_dims;
   set_layouts(gen, options.layouts);
   std::atomic<std::int64_t> next{0}, done{0}, failing{0}, dirs{0};
   const Clock::time_point start = Clock::now();
@@ -276,7 +317,10 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
                              deadline,
                              timed,
                              false,
-                             {}});
+                             {},
+                             ""});
+  if (!options.variants.empty() && !workers.front().backend.select_variant)
+    throw Error("variants: backend " + options.backend + " cannot select a variant");
   for (Worker& w : workers)
     w.draw_yarn = options.yarn && static_cast<bool>(workers.front().backend.yarn_tables);
   options.yarn = workers.front().draw_yarn;  // what fuzz.json names as drawn

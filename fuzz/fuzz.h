@@ -37,7 +37,11 @@ struct FuzzOptions {
   std::vector<DType> dtypes;        ///< activation dtypes drawn; empty: all three
   std::vector<DType> table_dtypes;  ///< table dtypes drawn; empty: all three
   bool in_place = true;             ///< rope ops may be drawn in place
-  std::string layouts;  ///< "IN/OUT/TABLE" pair layouts drawn, each half, interleaved or *
+  std::string layouts;       ///< "IN/OUT/TABLE" pair layouts drawn, each half, interleaved or *
+  bool position_ids = true;  ///< THD cases may have position ids
+  bool seq_offsets = true;   ///< cases may have sequence offsets
+  bool packed = true;        ///< THD cases may use the packed frequency mode
+  bool power_of_two_dims = false;  ///< emb_dim / 2, k_dim, v_dim powers of two (Triton)
   /// Shard `shard.index` of `shard.count` runs the cases index, index + count, ... of the run
   /// seed's one stream: shards never draw the same case; `cases` is per shard.
   Shard shard;
@@ -48,6 +52,12 @@ struct FuzzOptions {
   /// Optional: makes each worker's backend instead of resolving `backend` by name (the Python
   /// package's callable backends); `backend` is then only the name shown.
   std::function<Backend()> make_backend;
+  /// Variants of the one backend (a Triton kernel's autotune configs): each drawn case runs
+  /// once per variant, selected through Backend::select_variant, and each run is a case,
+  /// counted under "variant" (and "variant_failing") and named in its failure. Empty: one run.
+  std::vector<std::string> variants;
+  /// What fuzz.json records of the backend's environment (library versions); null: nothing.
+  nlohmann::json environment;
 };
 
 /// One failing case.
@@ -57,6 +67,7 @@ struct FuzzFailure {
   std::string description;  ///< props::describe of its spec
   std::string dir;  ///< its case directory, relative to the output directory ("" if not written)
   std::vector<std::pair<std::string, std::string>> checks;  ///< (check, message) that failed
+  std::string variant;  ///< the variant that failed ("" without variants)
 };
 
 /// What the host backend's GPU model measured of one kernel over a run, and what the timing

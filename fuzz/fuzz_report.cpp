@@ -83,11 +83,17 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   if (!o.table_dtypes.empty()) j["table_dtypes"] = names(o.table_dtypes);
   if (!o.in_place) j["in_place"] = false;
   if (!o.layouts.empty()) j["layouts"] = o.layouts;
+  if (!o.position_ids) j["position_ids"] = false;
+  if (!o.seq_offsets) j["seq_offsets"] = false;
+  if (!o.packed) j["packed"] = false;
+  if (o.power_of_two_dims) j["power_of_two_dims"] = true;
   j["shard"] = {{"index", o.shard.index}, {"count", o.shard.count}, {"source", o.shard.source}};
   j["seconds"] = s.seconds;
   j["cases"] = s.cases;
   j["cases_per_second"] = s.rate();
   j["failing_cases"] = s.failing_cases;
+  if (!o.variants.empty()) j["variants"] = o.variants;
+  if (!o.environment.is_null()) j["environment"] = o.environment;
   j["counts"] = s.counts;
   nlohmann::json checks;
   for (const auto& [check, n] : s.checks)
@@ -132,11 +138,13 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
     nlohmann::json fc = nlohmann::json::array();
     for (const auto& [check, message] : f.checks)
       fc.push_back({{"check", check}, {"message", message}});
-    failures.push_back({{"index", f.index},
-                        {"seed", f.seed},
-                        {"case", f.description},
-                        {"dir", f.dir},
-                        {"checks", fc}});
+    nlohmann::json failure = {{"index", f.index},
+                              {"seed", f.seed},
+                              {"case", f.description},
+                              {"dir", f.dir},
+                              {"checks", fc}};
+    if (!f.variant.empty()) failure["variant"] = f.variant;
+    failures.push_back(std::move(failure));
   }
   j["failures"] = failures;
   return j;
@@ -187,7 +195,8 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
                             f.value("seed", std::uint64_t{0}),
                             f.value("case", std::string()),
                             f.value("dir", std::string()),
-                            {}};
+                            {},
+                            f.value("variant", std::string())};
         for (const nlohmann::json& c : f.value("checks", nlohmann::json::array()))
           failure.checks.emplace_back(c.value("check", std::string()),
                                       c.value("message", std::string()));
@@ -213,6 +222,19 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
   for (const auto& [check, n] : s.checks)
     out << " " << check << " " << n[0] << "/" << n[1] << "/" << n[2];
   out << "  (pass/fail/skip)\n";
+  if (const auto runs = s.counts.find("variant"); runs != s.counts.end()) {
+    // A case runs once per variant: which variants fail is the finding.
+    const auto failing = s.counts.find("variant_failing");
+    out << "  variants (cases, failing):";
+    for (const auto& [variant, n] : runs->second) {
+      const std::int64_t bad = failing == s.counts.end() || !failing->second.count(variant)
+                                   ? 0
+                                   : failing->second.at(variant);
+      out << " " << variant << " " << n << "/" << bad;
+    }
+    out << "\n";
+  }
+  if (!o.environment.is_null()) out << "  environment: " << o.environment.dump() << "\n";
   if (const auto ops = s.counts.find("op"); ops != s.counts.end()) {
     out << "  cases per op:";
     for (const auto& [op, n] : ops->second) out << " " << op << " " << n;

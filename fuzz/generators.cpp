@@ -240,8 +240,21 @@ void finish_thd(CaseSpec& s, const Rows& r, I limit) {
 }
 
 // Make the fields of a drawn spec agree with each other and with the options.
+// The largest power of two not above n (n itself when 0).
+I power_of_two_floor(I n) {
+  I p = 1;
+  while (p * 2 <= n) p *= 2;
+  return n > 0 ? p : 0;
+}
+
 CaseSpec finish(CaseSpec s, const Rows& r, const GenOptions& o, I limit) {
   const bool rope = s.op == Op::rope || s.op == Op::rope_backward;
+  if (o.power_of_two_dims) {  // only ever smaller: the element budget still holds
+    s.emb_dim = 2 * power_of_two_floor(s.emb_dim / 2);
+    s.k_dim = power_of_two_floor(s.k_dim);
+    s.v_dim = power_of_two_floor(s.v_dim);
+  }
+  if (!o.packed) s.freq_mode = FreqMode::per_sequence;
   if (rope) s.k_dim = s.v_dim = 0;
   else s.nope_dim = 0;
   s.in_place = s.in_place && rope && o.in_place;

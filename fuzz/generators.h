@@ -33,6 +33,10 @@ struct GenOptions {
   bool in_place = true;                                           ///< rope ops may be in place
   bool position_ids = true;                                       ///< THD may have position ids
   bool seq_offsets = true;                                        ///< may have seq_offsets
+  bool packed = true;  ///< THD may use the packed frequency mode
+  /// emb_dim / 2, k_dim and v_dim rounded down to powers of two (0 stays 0): the extents a
+  /// Triton kernel's tl.arange can take.
+  bool power_of_two_dims = false;
   bool faults = true;          ///< may have invalid device metadata
   bool batch_one = false;      ///< SBHD with B = 1 only
   bool broadcast = true;       ///< the layout plan may broadcast heads

@@ -40,6 +40,8 @@ struct Backend {
   std::function<std::function<void()>(const std::function<void()>& launches)> capture;
   /// Optional: what the GPU model measured of the launches since the last take (host).
   std::function<std::vector<ModelLaunchStats>()> take_model_stats;
+  /// Optional: make the calls that follow run the named variant (FuzzOptions::variants).
+  std::function<void(const std::string& variant)> select_variant;
 };
 
 /// The CPU reference as a Backend.

@@ -246,6 +246,10 @@ def fuzz(
     table_dtypes=None,
     in_place: bool = True,
     layouts: str = "",
+    position_ids: bool = True,
+    seq_offsets: bool = True,
+    packed: bool = True,
+    power_of_two_dims: bool = False,
     out: str = "fuzz-out",
     size: int = 100,
     quiet: bool = False,
@@ -254,7 +258,10 @@ def fuzz(
 
     Stops after ``seconds`` or ``cases`` (60 s when neither is given). ``ops``, ``dtypes``
     (activations), ``table_dtypes`` (each of "f32", "bf16", "f16"), ``in_place=False`` and
-    ``layouts`` ("IN/OUT/TABLE", each "half", "interleaved" or "*") narrow what is drawn to what
+    ``layouts`` ("IN/OUT/TABLE", each "half", "interleaved" or "*"), ``position_ids=False``,
+    ``seq_offsets=False``, ``packed=False`` (no packed frequency mode) and
+    ``power_of_two_dims=True`` (emb_dim / 2, k_dim and v_dim powers of two, as Triton's
+    ``tl.arange`` needs) narrow what is drawn to what
     a backend provides, so that more of the budget runs; what is still
     declined is counted as not supported. Writes ``out/fuzz.json``
     and each failing case under ``out/failures/``. Returns a dict (cases, failing_cases,
@@ -271,6 +278,10 @@ def fuzz(
         list(table_dtypes or []),
         bool(in_place),
         str(layouts),
+        bool(position_ids),
+        bool(seq_offsets),
+        bool(packed),
+        bool(power_of_two_dims),
         str(out),
         int(size),
         bool(quiet),

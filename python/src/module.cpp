@@ -344,6 +344,16 @@ void call_python(const py::object& backend, const char* method, const py::object
 harness::Backend python_backend(std::shared_ptr<py::object> b, const std::string& name) {
   harness::Backend out;
   out.name = name;
+  bool has_variants = false;
+  {
+    py::gil_scoped_acquire gil;  // the fuzz makes its backends with the GIL released
+    has_variants = py::hasattr(*b, "select_variant");
+  }
+  if (has_variants)
+    out.select_variant = [b](const std::string& variant) {
+      py::gil_scoped_acquire gil;
+      b->attr("select_variant")(variant);
+    };
   out.rope = [b](const RopeCall& c) {
     py::gil_scoped_acquire gil;
     call_python(*b, "rope",
@@ -403,6 +413,7 @@ Op parse_op(const std::string& name) {
 py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint64_t seed,
               std::vector<std::string> ops, std::vector<std::string> dtypes,
               std::vector<std::string> table_dtypes, bool in_place, std::string layouts,
+              bool position_ids, bool seq_offsets, bool packed, bool power_of_two_dims,
               std::string out, int size, bool quiet) {
   harness::FuzzOptions o;
   o.seconds = seconds;
@@ -425,10 +436,22 @@ py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint6
     o.table_dtypes.push_back(parse_dtype(name, "table_dtypes"));
   o.in_place = in_place;
   o.layouts = layouts;
+  o.position_ids = position_ids;
+  o.seq_offsets = seq_offsets;
+  o.packed = packed;
+  o.power_of_two_dims = power_of_two_dims;
   o.backend = "python:" + std::string(py::str(py::type::of(backend).attr("__name__")));
   const std::shared_ptr<py::object> held = hold(backend);
   const std::string name = o.backend;
   o.make_backend = [held, name] { return python_backend(held, name); };
+  // A backend with variants (mlarope.triton: a kernel's autotune configs) runs each case once
+  // per variant; its environment (library versions) goes into fuzz.json.
+  if (py::hasattr(backend, "variants"))
+    o.variants = backend.attr("variants")().cast<std::vector<std::string>>();
+  if (py::hasattr(backend, "environment"))
+    o.environment = nlohmann::json::parse(py::module_::import("json")
+                                              .attr("dumps")(backend.attr("environment")())
+                                              .cast<std::string>());
   harness::FuzzStats stats;
   std::ostringstream progress;
   {
@@ -447,6 +470,7 @@ py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint6
     d["index"] = f.index;
     d["seed"] = f.seed;
     d["description"] = f.description;
+    d["variant"] = f.variant.empty() ? py::object(py::none()) : py::object(py::str(f.variant));
     d["dir"] =
         f.dir.empty() ? py::object(py::none()) : py::object(py::str((o.out / f.dir).string()));
     py::list checks;
@@ -473,6 +497,19 @@ py::dict check_case(py::object backend, const std::string& dir) {
   }
   const std::string name = "python:" + std::string(py::str(py::type::of(backend).attr("__name__")));
   const harness::Backend b = python_backend(hold(backend), name);
+  // A failure of one variant replays in that variant (variant.json, written by the fuzz).
+  if (std::ifstream in{dir + "/variant.json"}) {
+    std::string variant;
+    try {
+      variant = nlohmann::json::parse(in).at("variant").get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(dir + "/variant.json: not a variant: " + e.what());
+    }
+    if (!b.select_variant)
+      throw Error(dir + " was recorded in variant '" + variant + "', and backend " + name +
+                  " has no select_variant");
+    b.select_variant(variant);
+  }
   harness::CheckReport report;
   {
     py::gil_scoped_release release;

@@ -232,3 +232,90 @@ def test_the_pytest_fixture_fuzzes_into_tmp_path(mlarope_fuzz, tmp_path):
     assert result["failing_cases"] == 0 and result["out"].startswith(str(tmp_path))
     with pytest.raises(mlarope.FuzzFailure, match="repro: " + str(tmp_path)):
         mlarope_fuzz(NumpyRope(drop_inverse=True), ops=["rope"], cases=8000)
+
+
+class VariantRope(NumpyRope):
+    """NumpyRope with two variants, the second dropping inverse: a kernel whose configs differ."""
+
+    def __init__(self):
+        super().__init__()
+        self.selected = []
+
+    def variants(self):
+        return ["exact", "drops_inverse"]
+
+    def select_variant(self, name):
+        self.selected.append(name)
+        self.drop_inverse = name == "drops_inverse"
+
+    def environment(self):
+        return {"kernel": "numpy", "version": "1"}
+
+
+def test_each_case_runs_once_per_variant_and_a_failure_names_its_variant(tmp_path):
+    backend = VariantRope()
+    with pytest.raises(mlarope.FuzzFailure) as failure:
+        mlarope.fuzz(backend, cases=4000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+    result = failure.value.result
+    assert result["cases"] == 8000  # every case in both variants
+    exact, dropped = (
+        re.search(rf"{name} 4000/(\d+)", result["summary"]) for name in ("exact", "drops_inverse")
+    )
+    assert exact and exact.group(1) == "0", result["summary"]
+    assert dropped and int(dropped.group(1)) == result["failing_cases"] > 0, result["summary"]
+    assert {f["variant"] for f in result["failures"]} == {"drops_inverse"}
+    with open(tmp_path / "fuzz.json") as f:
+        written = json.load(f)
+    assert written["variants"] == ["exact", "drops_inverse"]
+    assert written["environment"] == {"kernel": "numpy", "version": "1"}
+    assert written["counts"]["variant_failing"] == {"drops_inverse": result["failing_cases"]}
+    first = result["failures"][0]
+    assert (
+        first["dir"].endswith("-drops_inverse") and "variant drops_inverse" in first["description"]
+    )
+    # The replay selects the failing variant, whatever the backend was left in.
+    backend.select_variant("exact")
+    assert not mlarope.check(backend, first["dir"])["ok"]
+    assert backend.selected[-1] == "drops_inverse"
+    with pytest.raises(mlarope.Error, match="no select_variant"):
+        mlarope.check(NumpyRope(), first["dir"])
+
+
+class Drawn:
+    """Declines every call, recording which of the narrowing options' promises it broke."""
+
+    def __init__(self):
+        self.broken = set()
+
+    def supports(self, call):
+        half = call.emb_dim // 2
+        if half & (half - 1):
+            self.broken.add("power_of_two_dims")
+        if call.position_ids is not None:
+            self.broken.add("position_ids")
+        if call.seq_offsets is not None:
+            self.broken.add("seq_offsets")
+        if call.layout == "thd" and call.freq_mode == "packed":
+            self.broken.add("packed")
+        return False, "recording only"
+
+    def rope(self, call):
+        raise AssertionError("declined calls are never run")
+
+
+def test_narrowing_draws_only_what_a_triton_kernel_can_take(tmp_path):
+    narrow = dict(position_ids=False, seq_offsets=False, packed=False, power_of_two_dims=True)
+    drawn = Drawn()
+    mlarope.fuzz(drawn, cases=2000, ops=["rope"], seed=3, out=str(tmp_path), quiet=True, **narrow)
+    assert drawn.broken == set()
+    with open(tmp_path / "fuzz.json") as f:
+        written = json.load(f)
+    assert {k: written[k] for k in narrow} == narrow
+    # Each option flipped back draws what it kept out (so each is what kept it out).
+    for option, value in narrow.items():
+        drawn = Drawn()
+        flipped = dict(narrow, **{option: not value})
+        mlarope.fuzz(
+            drawn, cases=2000, ops=["rope"], seed=3, out=str(tmp_path), quiet=True, **flipped
+        )
+        assert drawn.broken == {option}, option
