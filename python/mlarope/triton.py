@@ -1,0 +1,335 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Triton kernels checked without a GPU: Triton's interpreter (``TRITON_INTERPRET=1``) runs a
+``@triton.jit`` kernel on CPU tensors, one program at a time, and ``TritonBackend`` makes an
+adapter whose ops launch such kernels into a backend for ``mlarope.fuzz`` and ``mlarope.check``::
+
+    from mlarope import triton as mt
+    mt.interpreter()                       # before the kernels' module is imported
+    backend = mt.TritonBackend(MyAdapter())
+    mlarope.fuzz(backend, seconds=60)
+
+What it adds to a plain Python backend:
+
+- **Every autotune config is a variant.** A GPU's autotuner keeps the config that ran fastest,
+  so a config-dependent bug shows on some processes and not others. Here each case runs once
+  per config of the adapter's autotuned kernels (``adapter.kernels()``), the config chosen
+  rather than timed; the summary, ``fuzz.json`` and the report count cases and failures per
+  variant, and a failure's directory records its variant, which ``mlarope.check`` selects again.
+- **Memory the kernel may reach is guarded.** The adapter hands the kernel CPU tensors over the
+  harness's own buffers (``torch_view``): the interpreter loads and stores at the tensors' real
+  addresses, so a store past a tensor lands in the harness's guard and fails the bounds check,
+  and a load of a guard reads its NaN pattern into the values. Tensors the adapter or the
+  library's wrapper allocates during a call (``scratch``; ``torch.empty``, ``empty_like`` and
+  ``Tensor.new_empty`` while the call runs) sit between guards of their own, checked after the
+  call: a store into one fails the case by name.
+- **A per-call time limit**, checked before each program of the grid: a kernel that does not
+  finish fails its case (``TimeoutError``) rather than stalling the run. A single program
+  that never returns is not caught.
+- **Versions** of torch and Triton (and what the adapter reports) go into ``fuzz.json``.
+
+The interpreter's arithmetic is not a GPU's in bf16 (it computes on the raw 16-bit patterns and
+converts f32 to bf16 by truncation), so bf16 calls are declined by name; f32 and f16 follow
+IEEE rounding per operation (no fused multiply-add), as a GPU's unfused code does.
+
+Limits, by design of running in-process: a store past a guard (more than ``GUARD_BYTES`` past
+a scratch tensor) corrupts this process's memory, and a load of an unmapped address crashes it;
+run a campaign in a subprocess (the adapters' tests do) so that a crash fails one test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+#: Triton releases whose interpreter this module's shims were written against and tested with.
+KNOWN_TRITON = ("3.6.0",)
+#: Bytes of guard before and after every scratch tensor.
+GUARD_BYTES = 4096
+
+
+class UnknownTriton(RuntimeError):
+    """A Triton release the shims do not know: they patch the interpreter's internals."""
+
+
+class GuardWritten(AssertionError):
+    """A kernel stored into the guard of a tensor allocated during its call."""
+
+
+def interpreter():
+    """Triton, imported with its interpreter on: returns the ``triton`` module.
+
+    Sets ``TRITON_INTERPRET=1`` (Triton reads it when its modules are imported and its kernels
+    decorated), so call it before importing the kernels' module. Applies the one shim torch 1.13
+    needs (``Tensor.untyped_storage``, which the interpreter uses to find a tensor's memory).
+    Raises ``UnknownTriton`` for a release not in ``KNOWN_TRITON``, and RuntimeError when Triton
+    was already imported without the interpreter.
+    """
+    already = "triton" in sys.modules
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    import triton
+
+    if already and not triton.knobs.runtime.interpret:
+        raise RuntimeError(
+            "triton was imported before mlarope.triton.interpreter(): its kernels are compiled "
+            "for a GPU; call interpreter() first, or set TRITON_INTERPRET=1 in the environment"
+        )
+    if triton.__version__ not in KNOWN_TRITON:
+        raise UnknownTriton(
+            f"Triton {triton.__version__}: mlarope.triton's interpreter shims know "
+            f"{', '.join(KNOWN_TRITON)}; pin one of those (ci/python-test.sh installs it)"
+        )
+    if not hasattr(torch.Tensor, "untyped_storage"):  # torch < 2.0
+        torch.Tensor.untyped_storage = lambda self: self.storage().untyped()
+    _install_program_hook(triton)
+    return triton
+
+
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def torch_view(a: np.ndarray, dtype: str):
+    """A CPU tensor over the same memory as a harness NumPy view, with its shape and strides.
+
+    ``dtype`` is the call's name for it ("f32", "f16", "bf16": bf16 arrives as uint16 bits).
+    Inputs are read-only views: the tensor is writable, and the immutability check catches a
+    kernel that writes one.
+    """
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch warns on read-only arrays
+        if dtype == "bf16":
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
+
+
+# ---- guarded scratch ---------------------------------------------------------------------------
+
+_live_scratch: list | None = None  # [(buffer, first, count, name)] while a guarded call runs
+
+
+def scratch(shape, dtype, name: str = "scratch"):
+    """A contiguous, uninitialised CPU tensor between two guards of ``GUARD_BYTES`` (NaN for
+    floating dtypes, 0xA5 bytes otherwise), checked when the guarded call ends."""
+    import torch
+
+    dtype = getattr(torch, _TORCH_DTYPES.get(dtype, dtype)) if isinstance(dtype, str) else dtype
+    shape = tuple(int(n) for n in shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    allocate = _original_empty or torch.empty  # not the guarded stand-in that calls scratch
+    guard = -(-GUARD_BYTES // allocate(0, dtype=dtype).element_size())
+    buffer = allocate(count + 2 * guard, dtype=dtype)
+    if dtype.is_floating_point:
+        buffer.fill_(float("nan"))
+    else:
+        buffer.view(torch.uint8).fill_(0xA5)
+    if _live_scratch is not None:
+        _live_scratch.append((buffer, guard, count, name, buffer.clone()))
+    return buffer[guard : guard + count].view(shape)
+
+
+def _check_guards(allocated) -> None:
+    import torch
+
+    for buffer, first, count, name, pattern in allocated:
+        for lo, hi, where in ((0, first, "before"), (first + count, buffer.numel(), "after")):
+            written = buffer[lo:hi].view(torch.uint8) != pattern[lo:hi].view(torch.uint8)
+            if bool(written.any()):
+                offsets = written.nonzero().flatten()
+                raise GuardWritten(
+                    f"the kernel stored into the guard {where} tensor '{name}' "
+                    f"({int(written.sum())} bytes, {int(offsets[0])}..{int(offsets[-1])} bytes "
+                    f"into the {(hi - lo) * buffer.element_size()}-byte guard)"
+                )
+
+
+_original_empty = None  # torch.empty itself, while _guarded_allocations has replaced it
+
+
+@contextlib.contextmanager
+def _guarded_allocations():
+    """While the body runs, ``torch.empty``, ``torch.empty_like`` and ``Tensor.new_empty`` of
+    CPU tensors return guarded scratch; on exit every guard of the call is checked."""
+    global _live_scratch, _original_empty
+    import torch
+
+    originals = (torch.empty, torch.empty_like, torch.Tensor.new_empty)
+
+    def empty(*size, dtype=None, device=None, **kwargs):
+        if device not in (None, "cpu") or kwargs.get("out") is not None:
+            return originals[0](*size, dtype=dtype, device=device, **kwargs)
+        shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        return scratch(shape, dtype or torch.get_default_dtype(), "torch.empty")
+
+    def empty_like(t, *, dtype=None, device=None, **kwargs):
+        if device not in (None, "cpu") or t.device.type != "cpu":
+            return originals[1](t, dtype=dtype, device=device, **kwargs)
+        return scratch(t.shape, dtype or t.dtype, "torch.empty_like")
+
+    def new_empty(self, *size, dtype=None, device=None, **kwargs):
+        if device not in (None, "cpu") or self.device.type != "cpu":
+            return originals[2](self, *size, dtype=dtype, device=device, **kwargs)
+        shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        return scratch(shape, dtype or self.dtype, "Tensor.new_empty")
+
+    _live_scratch, _original_empty = [], originals[0]
+    torch.empty, torch.empty_like, torch.Tensor.new_empty = empty, empty_like, new_empty
+    try:
+        yield
+        _check_guards(_live_scratch)
+    finally:
+        torch.empty, torch.empty_like, torch.Tensor.new_empty = originals
+        _live_scratch = _original_empty = None
+
+
+# ---- the per-call time limit -------------------------------------------------------------------
+
+_deadline: float | None = None
+
+
+def _install_program_hook(triton) -> None:
+    """Check the call's deadline before each program: the interpreter sets the grid index of
+    every program through its one builder, so that is where the grid loop can be stopped."""
+    from triton.runtime import interpreter as interp
+
+    builder = interp.interpreter_builder
+    if getattr(builder, "_mlarope_hooked", False):
+        return
+    set_grid_idx = builder.set_grid_idx
+
+    def checked(x, y, z):
+        if _deadline is not None and time.monotonic() > _deadline:
+            raise TimeoutError("the kernel ran past the per-call time limit")
+        return set_grid_idx(x, y, z)
+
+    builder.set_grid_idx = checked
+    builder._mlarope_hooked = True
+
+
+# ---- autotune configs as variants --------------------------------------------------------------
+
+
+def _autotuner(kernel):
+    """The Autotuner behind a kernel object (through heuristics), or None if it is not tuned."""
+    from triton.runtime.autotuner import Autotuner
+
+    seen = 0
+    while kernel is not None and seen < 8:
+        if isinstance(kernel, Autotuner):
+            return kernel
+        kernel, seen = getattr(kernel, "fn", None), seen + 1
+    return None
+
+
+def kernels_of(module) -> list:
+    """The Triton kernels a module defines (autotuned or not), for an adapter's ``kernels()``."""
+    from triton.runtime.jit import KernelInterface
+
+    return [v for v in vars(module).values() if isinstance(v, KernelInterface)]
+
+
+def config_name(config) -> str:
+    """A config's name: its meta-parameters, ``BLOCK_H=2`` (``default`` when it has none). The
+    interpreter runs programs one at a time, so num_warps and num_stages change nothing here and
+    configs that differ only in them are one variant."""
+    items = sorted(config.kwargs.items())
+    return ",".join(f"{k}={v}" for k, v in items) or "default"
+
+
+class TritonBackend:
+    """An adapter's ops under the interpreter, one variant per autotune config.
+
+    ``adapter``: an object with ``supports(call)`` and some of ``rope``, ``kv_split``,
+    ``kv_split_backward`` (the Python backend protocol of ``mlarope``), and ``kernels()``
+    returning the Triton kernel objects its ops launch; optionally ``environment()`` (a dict of
+    what it loaded: versions, files) and ``select_config(name, meta)`` (told each variant's
+    meta-parameters, so that it can decline, by name, the calls a known finding of that config
+    spoils). ``configs``: names of the variants to run (default: all;
+    ``variants()`` lists them). ``timeout``: seconds a call may run.
+    """
+
+    def __init__(self, adapter, configs=None, timeout: float = 60.0):
+        self.triton = interpreter()
+        self.adapter = adapter
+        self.timeout = float(timeout)
+        self._tuners = [t for t in map(_autotuner, adapter.kernels()) if t is not None]
+        for tuner in self._tuners:  # its own list, before select_variant narrows it to one
+            if not hasattr(tuner, "_mlarope_configs"):
+                tuner._mlarope_configs = list(tuner.configs)
+        self._all_configs = [t._mlarope_configs for t in self._tuners]
+        names = []
+        for configs_of_one in self._all_configs:
+            for c in configs_of_one:
+                if config_name(c) not in names:
+                    names.append(config_name(c))
+        self._variants = names or ["default"]
+        if configs is not None:
+            unknown = [c for c in configs if c not in self._variants]
+            if unknown:
+                raise ValueError(
+                    f"configs {unknown}: not configs of the adapter's kernels "
+                    f"(they have {', '.join(self._variants)})"
+                )
+            self._variants = list(configs)
+        self.variant = None
+        self.select_variant(self._variants[0])
+        for method in ("rope", "kv_split", "kv_split_backward"):
+            if hasattr(adapter, method):
+                setattr(self, method, functools.partial(self._run, getattr(adapter, method)))
+
+    def variants(self) -> list:
+        return list(self._variants)
+
+    def select_variant(self, name: str) -> None:
+        """Every autotuned kernel runs its config called ``name``; a kernel without one runs its
+        first config (each kernel's configs are listed in the summary's variants)."""
+        if name not in self._variants and name not in ("default",):
+            raise ValueError(f"variant {name!r}: not one of {', '.join(self._variants)}")
+        for tuner, configs in zip(self._tuners, self._all_configs):
+            chosen = [c for c in configs if config_name(c) == name] or configs[:1]
+            tuner.configs = chosen[:1]  # one config: the autotuner runs it without timing
+            tuner.cache = {}
+        self.variant = name
+        if hasattr(self.adapter, "select_config"):  # an adapter that declines a known finding
+            kwargs = next(
+                (c.kwargs for cs in self._all_configs for c in cs if config_name(c) == name), {}
+            )
+            self.adapter.select_config(name, dict(kwargs))
+
+    def environment(self) -> dict:
+        import torch
+
+        env = {
+            "torch": torch.__version__,
+            "triton": self.triton.__version__,
+            "triton_interpreter": True,
+        }
+        if hasattr(self.adapter, "environment"):
+            env.update(self.adapter.environment())
+        return env
+
+    def supports(self, call):
+        if "bf16" in (call.dtype, getattr(call, "table_dtype", None)):
+            return (
+                False,
+                "bf16 under Triton's interpreter: it computes on the raw 16-bit patterns and "
+                "truncates f32 to bf16, which no GPU does",
+            )
+        verdict = self.adapter.supports(call) if hasattr(self.adapter, "supports") else True
+        return verdict
+
+    def _run(self, method, call) -> None:
+        global _deadline
+        _deadline = time.monotonic() + self.timeout
+        try:  # NaN guards and edge values make NumPy warn on every program: not news here
+            with _guarded_allocations(), np.errstate(all="ignore"):
+                method(call)
+        finally:
+            _deadline = None
