@@ -25,8 +25,14 @@ Megatron's two entry points and how our calls (docs/semantics.md) map onto them:
   is out of place). THD padding rows are not declined: the semantics pass them through, and the
   fuzz shows what Megatron does with them.
 
-The harness's buffers are host NumPy views: the adapter copies inputs to the GPU (keeping their
-strides) and results back, so the input-immutability check sees the host copies only.
+On a GPU the harness's buffers are host NumPy views: the adapter copies inputs to the GPU
+(keeping their strides) and results back, so the input-immutability check sees the host copies
+only. On the host (``device="cpu"``: Triton's interpreter through ``mlarope.triton``, or the
+tests' stand-ins) the kernels get tensors over the harness's own buffers: rope rotates the
+output view (out of place, after copying t into it; rope_backward likewise, in place too, as
+Megatron's backward kernel rotates the gradient it is given), so a store past a view lands in
+the harness's guards; the tables sit in guarded scratch, so a read before or after them shows
+as NaN; the kv outputs are Megatron's own allocations, guarded while the call runs.
 """
 
 from __future__ import annotations
@@ -36,6 +42,20 @@ import torch
 
 import megatron_sources
 from megatron_unfused import _Group, to_torch, write
+from mlarope import triton as mlarope_triton
+
+#: mlarope.fuzz's narrowing to what the kernels can take: interleaved pairs in, half out;
+#: per-sequence tables; no position ids or offsets; emb_dim / 2, k_dim and v_dim powers of two
+#: (Triton's tl.arange); f32 and f16 (bf16 the interpreter declines, a GPU runs).
+FUZZ_NARROWING = dict(
+    layouts="interleaved/half/*",
+    position_ids=False,
+    seq_offsets=False,
+    packed=False,
+    power_of_two_dims=True,
+    dtypes=["f32", "f16"],
+    table_dtypes=["f32", "f16"],
+)
 
 
 def _power_of_two(n: int) -> bool:
@@ -63,22 +83,37 @@ class MegatronFusedMLA:
         kv_fn=None,
         decline_padding: bool | None = None,
         contiguous: bool = False,
+        fused=None,
     ):
         self.device = device
+        self.views = device == "cpu"  # the kernels work in the harness's buffers (see above)
         # THD rows past cu_seqlens[-1]: Megatron's q kernel looks their sequence up past the end
         # of cu_seqlens and reads its table out of bounds (an illegal memory access on an H200,
         # adapters/megatron/findings/fused_q_thd_padding_rows); declined on CUDA by default.
         self.decline_padding = device != "cpu" if decline_padding is None else decline_padding
         self.contiguous = contiguous  # device copies in C order rather than with the view's strides
         if q_fn is None or kv_fn is None:
-            fused = megatron_sources.load_fused()
+            fused = fused or megatron_sources.load_fused()
             q_fn, kv_fn = fused.fused_apply_mla_rope_for_q, fused.fused_apply_mla_rope_for_kv
+        self.fused = fused
         self.q_fn, self.kv_fn = q_fn, kv_fn
+        self.block_h = None  # the BLOCK_H every kernel runs (mlarope.triton's variant), if set
         self.rope_utils = megatron_sources.load().rope_utils
         # An illegal memory access leaves the CUDA context unusable: every later call raises the
         # same error. The first such call fails (run with CUDA_LAUNCH_BLOCKING=1, it is the
         # faulting one); the calls after it are declined, named as lost, not counted as failures.
         self.lost = None
+
+    def kernels(self):
+        """The Triton kernels the ops launch (their autotune configs are mlarope.triton's
+        variants)."""
+        return [] if self.fused is None else mlarope_triton.kernels_of(self.fused)
+
+    def select_config(self, name: str, meta: dict) -> None:
+        self.block_h = meta.get("BLOCK_H")
+
+    def environment(self) -> dict:
+        return {"megatron-core": megatron_sources.load().version}
 
     # ---- what maps ----------------------------------------------------------------------------
 
@@ -96,6 +131,18 @@ class MegatronFusedMLA:
             return "Megatron's fused MLA kernels read interleaved pairs and write half ones only"
         if call.position_ids is not None or call.seq_offsets is not None:
             return "Megatron's fused MLA kernels take no position ids or sequence offsets"
+        if call.dtype in ("f16", "bf16") and call.table_dtype == call.dtype:
+            return (
+                f"{call.dtype} activations with {call.dtype} tables: the kernels round each "
+                f"product to {call.dtype} before the sum, outside the f32 tolerance model "
+                "(docs/megatron.md, precision)"
+            )
+        if call.op == "kv_split_backward" and call.dtype in ("f16", "bf16"):
+            return (
+                f"{call.dtype} kv_split_backward: the kernel rounds the heads' sum of grad_k_pe to "
+                f"{call.dtype} before rotating it, outside the f32 tolerance model "
+                "(docs/megatron.md, precision)"
+            )
         if call.layout == "thd" and call.freq_mode == "packed":
             return (
                 "packed frequency mode: the fused kernels index the table by the position in a "
@@ -109,13 +156,24 @@ class MegatronFusedMLA:
         kv = call.op in ("kv_split", "kv_split_backward")
         if kv and not (_power_of_two(call.k_dim) and _power_of_two(call.v_dim)):
             return "k_dim or v_dim not a power of two (Triton's tl.arange)"
+        if call.op == "kv_split_backward" and call.inputs[0].shape[-2] == 0:
+            return (
+                "no heads: Megatron's kv backward launches no programs and leaves grad_k_pe "
+                "as allocated (uninitialised)"
+            )
         if kv and call.inputs[0].shape[-2] == 0 and call.layout == "sbhd":
             return (
                 "no heads: Megatron's SBHD kv path views kv as [-1, H, D], which H = 0 cannot take"
             )
         heads = call.inputs[0].shape[-2]
+        if self.block_h is not None and self.block_h < heads and heads % self.block_h:
+            return (
+                f"BLOCK_H={self.block_h} with {heads} heads: the last block of a token covers "
+                "heads past the last, which the head mask lets through (a finding)"
+            )
         if (
-            self.device != "cpu"
+            self.block_h is None
+            and self.device != "cpu"
             and heads > 1
             and not (heads <= 128 and heads & (heads - 1) == 0)
             and heads % 128
@@ -124,8 +182,8 @@ class MegatronFusedMLA:
                 "head count neither a power of two up to 128 nor a multiple of 128: "
                 "the kernels' head mask ignores the block's first head (a finding)"
             )
-        if call.op == "rope_backward" and call.in_place:
-            return "Megatron's backward runs through autograd, out of place"
+        if call.op == "rope_backward" and call.in_place and not self.views:
+            return "Megatron's backward runs through autograd, out of place on the device copy"
         if call.layout == "thd":
             lengths = np.diff(call.cu_seqlens.astype(np.int64))
             step = 2 * call.cp_size if call.cp_size > 1 else 1
@@ -191,8 +249,25 @@ class MegatronFusedMLA:
                         t[: s * call.cp_size], 0, _Group(call.cp_size, call.cp_rank)
                     )
                 t = t[:s]
-            tables.append(t.contiguous())
+            t = t.contiguous()
+            if self.views:  # a read before or after the table meets a NaN guard
+                guarded = mlarope_triton.scratch(t.shape, t.dtype, "cos" if sign > 0 else "sin")
+                guarded.copy_(t)
+                t = guarded
+            tables.append(t)
         return tables
+
+    def _input(self, a: np.ndarray, dtype: str) -> torch.Tensor:
+        """A tensor the kernel only reads: the harness's view itself on the host, or a guarded
+        copy of a view that broadcasts (a stride 0, which no Megatron caller passes)."""
+        if not self.views:
+            return _device_copy(a, dtype, self.device)
+        view = mlarope_triton.torch_view(a, dtype)
+        if 0 not in view.stride():
+            return view
+        copy = mlarope_triton.scratch(view.shape, view.dtype, "input")
+        copy.copy_(view)
+        return copy
 
     def _cu(self, call):
         if call.layout == "sbhd":
@@ -214,13 +289,25 @@ class MegatronFusedMLA:
                 x, cos, sin, call.nope_dim, call.emb_dim, cu, call.cp_rank, call.cp_size
             )
 
-        x = _device_copy(t, dtype, self.device, self.contiguous)
+        if self.views:  # the kernel rotates the output buffer itself
+            if not call.in_place:
+                write(out, mlarope_triton.torch_view(t, dtype), dtype)
+            x = mlarope_triton.torch_view(out, dtype)
+        else:
+            x = _device_copy(t, dtype, self.device, self.contiguous)
         if call.op == "rope":
-            write(out, rotate(x).cpu(), dtype)
+            y = rotate(x)
+            if not self.views:
+                write(out, y.cpu(), dtype)
             return
         leaf = torch.zeros(x.shape, dtype=x.dtype, device=self.device, requires_grad=True)
-        (grad,) = torch.autograd.grad(rotate(leaf.clone()), leaf, grad_outputs=x)
-        write(out, grad.cpu(), dtype)
+        if self.views:  # the forward kernel rotates this copy in place: between guards too
+            inner = mlarope_triton.scratch(x.shape, x.dtype, "autograd's forward input")
+            inner.copy_(leaf)  # recorded by autograd, as leaf.clone() is
+        else:
+            inner = leaf.clone()
+        (grad,) = torch.autograd.grad(rotate(inner), leaf, grad_outputs=x)
+        write(out, grad.cpu(), dtype)  # on the host, usually the buffer the kernel rotated
 
     def kv_split(self, call):
         return self._guarded(self._kv_split, call)
@@ -232,8 +319,8 @@ class MegatronFusedMLA:
             return
         cos, sin = self._tables(call)
         result = self.kv_fn(
-            _device_copy(kv, call.dtype, self.device),
-            _device_copy(k_pe, call.dtype, self.device),
+            self._input(kv, call.dtype),
+            self._input(k_pe, call.dtype),
             cos,
             sin,
             call.emb_dim,
@@ -276,8 +363,8 @@ class MegatronFusedMLA:
             call.cp_rank,
             call.cp_size,
         )
-        gk = _device_copy(grad_key, call.dtype, self.device).reshape(key.shape)
-        gv = _device_copy(grad_value, call.dtype, self.device).reshape(value.shape)
+        gk = self._input(grad_key, call.dtype).reshape(key.shape)
+        gv = self._input(grad_value, call.dtype).reshape(value.shape)
         d_kv, d_k_pe = torch.autograd.grad((key, value), (kv, k_pe), grad_outputs=(gk, gv))
         write(grad_kv, d_kv.cpu().reshape(grad_kv.shape), call.dtype)
         write(grad_k_pe, d_k_pe.cpu().reshape(grad_k_pe.shape), call.dtype)

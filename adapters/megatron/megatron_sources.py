@@ -23,6 +23,52 @@ import sys
 import types
 
 VERSION = "0.16.1"  # the wheel ci/python-test.sh installs (pinned, with its hash)
+#: A folder holding another release's unpacked files (``megatron/core/...`` and its
+#: ``*.dist-info``), used instead of the installed package: a wheel for another Python (0.19.2
+#: ships cp312 wheels only) whose RoPE files are pure Python. One release per process.
+ROOT_VARIABLE = "MLAROPE_MEGATRON_ROOT"
+
+
+#: megatron-core 0.19.2, the newest release: a cp312 wheel only (one compiled helper of its
+#: datasets), whose RoPE files are pure Python and load on 3.11. Fetched by ci/python-test.sh:
+#:   pip download --no-deps --only-binary :all: --python-version 3.12 --require-hashes ...
+WHEEL_0_19_2 = (
+    "megatron_core-0.19.2-cp312-cp312-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+    "8e3e486f13f559450415b9b9dc0ff3331a0bb83dd154553f7f350a75ff9c42b5",
+)
+#: What an adapter loads of a release: the RoPE files and the dist-info (for its version).
+_ROPE_FILES = (
+    "megatron/core/models/common/embeddings/",
+    "megatron/core/fusions/fused_mla_yarn_rope_apply.py",
+)
+
+
+def find_wheel(wheel: tuple, folder: str) -> str | None:
+    """The wheel ``(file name, sha256)`` from ``$MLAROPE_MEGATRON_WHEEL`` or ``folder``, its
+    hash checked; None when it is in neither. A file with another hash is an error."""
+    import hashlib
+
+    name, sha256 = wheel
+    for path in (os.environ.get("MLAROPE_MEGATRON_WHEEL", ""), os.path.join(folder, name)):
+        if path and os.path.isfile(path):
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            if digest != sha256:
+                raise ImportError(f"{path}: sha256 {digest}, expected {sha256} ({name})")
+            return path
+    return None
+
+
+def unpack_wheel(path: str, folder: str) -> None:
+    """Unpack a release's RoPE files and dist-info from its wheel into ``folder`` (a root for
+    ``MLAROPE_MEGATRON_ROOT``)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as wheel:
+        for member in wheel.namelist():
+            rope = member.startswith(_ROPE_FILES) and member.endswith(".py")
+            if rope or (".dist-info/" in member and member.endswith("/METADATA")):
+                wheel.extract(member, folder)
 
 
 def _package(name: str, path: str | None) -> types.ModuleType:
@@ -33,6 +79,13 @@ def _package(name: str, path: str | None) -> types.ModuleType:
 
 
 def _find_root() -> str:
+    if os.environ.get(ROOT_VARIABLE):
+        core = os.path.join(os.environ[ROOT_VARIABLE], "megatron", "core")
+        if not os.path.isdir(core):
+            raise ImportError(
+                f"{ROOT_VARIABLE}={os.environ[ROOT_VARIABLE]}: no megatron/core in it"
+            )
+        return core
     spec = importlib.util.find_spec("megatron")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(
@@ -61,19 +114,33 @@ def load():
             "megatron.core.models.common.embeddings",
             os.path.join(core, "models", "common", "embeddings"),
         )
-    from importlib.metadata import version
-
     ns = types.SimpleNamespace()
     ns.rope_utils = importlib.import_module("megatron.core.models.common.embeddings.rope_utils")
     ns.yarn = importlib.import_module(
         "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding"
     )
-    ns.version = version("megatron-core")
+    ns.version = _version()
     return ns
 
 
+def _version() -> str:
+    """The release loaded: the unpacked one's dist-info, else the installed package's."""
+    root = os.environ.get(ROOT_VARIABLE)
+    if not root:
+        from importlib.metadata import version
+
+        return version("megatron-core")
+    for entry in os.listdir(root):
+        if entry.startswith("megatron_core-") and entry.endswith(".dist-info"):
+            with open(os.path.join(root, entry, "METADATA"), encoding="utf-8") as f:
+                for line in f:
+                    if line.startswith("Version:"):
+                        return line.split(":", 1)[1].strip()
+    raise ImportError(f"{ROOT_VARIABLE}={root}: no megatron_core-*.dist-info in it")
+
+
 def load_fused():
-    """Megatron's fused MLA YaRN RoPE (Triton; GPU only)."""
+    """Megatron's fused MLA YaRN RoPE (Triton: a GPU, or Triton's interpreter on the host)."""
     load()
     return importlib.import_module("megatron.core.fusions.fused_mla_yarn_rope_apply")
 

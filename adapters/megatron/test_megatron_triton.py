@@ -1,0 +1,207 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Megatron's fused MLA Triton kernels on the host, under Triton's interpreter
+(``mlarope.triton``): the fuzz over every autotune config (BLOCK_H 1..128) of 0.16.1 (installed)
+and of 0.19.2 (its cp312 wheel's pure-Python RoPE files, unpacked), and the two findings
+replayed, each with one cause.
+
+Each run is a subprocess (``python test_megatron_triton.py fuzz|check ...``): a kernel that
+stores past a guard corrupts the memory of the process it runs in, and then only that test
+fails. The 0.19.2 wheel is found through ``$MLAROPE_MEGATRON_WHEEL`` or in ``downloads/``
+(``ci/python-test.sh`` fetches it, pinned by hash: ``megatron_sources.WHEEL_0_19_2``); without
+it those tests skip, saying so.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FINDINGS = os.path.join(HERE, "findings")
+# Case budgets rather than seconds, so that what runs is the same on a loaded machine;
+# MLAROPE_MEGATRON_SCALE multiplies them.
+SCALE = float(os.environ.get("MLAROPE_MEGATRON_SCALE", "1"))
+BLOCK_H = [1, 2, 4, 8, 16, 32, 64, 128]  # the kernels' autotune configs, in both releases
+
+
+def budget(cases: int) -> int:
+    return max(1, int(cases * SCALE))
+
+
+def missing() -> str | None:
+    """Why these tests cannot run here, or None (found, not imported: triton must be imported
+    after the interpreter is chosen)."""
+    for name in ("torch", "triton", "megatron", "mlarope.triton"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return f"{name} is not installed (ci/python-test.sh installs it)"
+        except ImportError:
+            return f"{name} is not installed"
+    return None
+
+
+def wheel_0_19_2() -> str | None:
+    import megatron_sources
+
+    return megatron_sources.find_wheel(
+        megatron_sources.WHEEL_0_19_2, os.path.join(HERE, "downloads")
+    )
+
+
+def subprocess_json(*args, root: str | None = None) -> dict:
+    """Run this file with `args` in a subprocess (with MLAROPE_MEGATRON_ROOT=root when given)
+    and return the JSON of its last line, or fail with what it printed."""
+    env = dict(os.environ)
+    if root:
+        env["MLAROPE_MEGATRON_ROOT"] = root
+    done = subprocess.run(
+        [sys.executable, __file__, *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=HERE,
+        env=env,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise AssertionError(
+            f"the subprocess ended with status {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+    return json.loads(lines[-1])
+
+
+def ran(summary: str) -> int:
+    found = re.search(r"\((\d+) of \d+ cases ran\)", summary)
+    assert found, summary
+    return int(found.group(1))
+
+
+def show(capsys, title: str, result: dict) -> None:
+    with capsys.disabled():
+        print(f"\n--- {title} ({result['seconds']:.1f} s)\n{result['summary']}")
+
+
+if __name__ != "__main__":
+    import pytest
+
+    sys.path.insert(0, HERE)
+    why = missing()
+    if why:
+        pytest.skip(why, allow_module_level=True)
+
+    @pytest.fixture(scope="module")
+    def release_root(request):
+        """None for the installed 0.16.1; a folder with 0.19.2's files unpacked."""
+        if request.param == "0.16.1":
+            yield None
+            return
+        wheel = wheel_0_19_2()
+        if wheel is None:
+            pytest.skip(
+                "megatron-core 0.19.2's wheel is not in adapters/megatron/downloads/ nor "
+                "$MLAROPE_MEGATRON_WHEEL (ci/python-test.sh fetches it)"
+            )
+        import megatron_sources
+
+        with tempfile.TemporaryDirectory() as folder:
+            megatron_sources.unpack_wheel(wheel, folder)
+            yield folder
+
+    releases = pytest.mark.parametrize("release_root", ["0.16.1", "0.19.2"], indirect=True)
+
+    @releases
+    def test_fused_fuzz_is_clean_on_every_config(release_root, tmp_path, capsys):
+        # Every case once per BLOCK_H; the two findings are declined by name (tested below).
+        from megatron_fused import FUZZ_NARROWING  # what the kernels can take
+
+        args = dict(cases=budget(90), seed=1, out=str(tmp_path), size=30, **FUZZ_NARROWING)
+        result = subprocess_json("fuzz", json.dumps(args), root=release_root)
+        show(capsys, f"megatron-core {result['version']} fused MLA kernels, interpreter", result)
+        assert result["failing_cases"] == 0, result["summary"]
+        for block_h in BLOCK_H:  # every config ran every case
+            assert f"BLOCK_H={block_h} {budget(90)}/0" in result["summary"], result["summary"]
+        assert ran(result["summary"]) >= budget(90) * len(BLOCK_H) // 8, "too few cases ran"
+
+    @releases
+    def test_finding_3_head_mask_fails_on_exactly_the_configs_it_predicts(release_root):
+        # 5 heads: a config whose BLOCK_H is below the head count and does not divide it leaves
+        # the last block of a token covering heads past the last, which the mask lets through
+        # (its offsets are from the block's first head); BLOCK_H 1 divides 5, 8 and above make
+        # one block per token, whose first head is head 0.
+        case = os.path.join(FINDINGS, "fused_head_mask_f32")
+        heads = 5
+        reports = subprocess_json("check", case, root=release_root)
+        assert sorted(reports) == sorted(f"BLOCK_H={b}" for b in BLOCK_H), sorted(reports)
+        for block_h in BLOCK_H:
+            report = reports[f"BLOCK_H={block_h}"]
+            spoiled = block_h < heads and heads % block_h != 0
+            lines = "\n".join(report["lines"])
+            assert report["ok"] != spoiled, f"BLOCK_H={block_h}:\n{lines}"
+            if spoiled:  # the heads past the last: the next token's, and past the end of t
+                value = next(line for line in report["lines"] if line.startswith("value"))
+                assert "fail" in value, lines
+
+    @releases
+    def test_finding_4_padding_rows_fail_on_every_config(release_root):
+        # 2 heads (no config of finding 3 touches them): a THD row past cu_seqlens[-1] keeps
+        # position -1, so the kernel reads the table row before the table (a NaN guard here)
+        # and rotates the row, which the semantics pass through.
+        case = os.path.join(FINDINGS, "fused_q_thd_padding_rows_2_heads")
+        reports = subprocess_json("check", case, root=release_root)
+        assert sorted(reports) == sorted(f"BLOCK_H={b}" for b in BLOCK_H), sorted(reports)
+        for report in reports.values():
+            value = next(line for line in report["lines"] if line.startswith("value"))
+            assert not report["ok"] and "fail" in value and "got nan" in value, value
+
+
+def _backend(findings: bool):
+    """TritonBackend over the fused adapter: the known findings declined by name, or not."""
+    from megatron_fused import MegatronFusedMLA
+    from mlarope import triton as mt
+
+    mt.interpreter()
+    adapter = MegatronFusedMLA(device="cpu", decline_padding=not findings)
+    if findings:
+        adapter.select_config = lambda name, meta: None  # BLOCK_H never declines
+    return mt.TritonBackend(adapter)
+
+
+def _fuzz_main(fuzz_args: str) -> int:
+    import megatron_sources
+    import mlarope
+
+    try:
+        result = mlarope.fuzz(_backend(findings=False), quiet=True, **json.loads(fuzz_args))
+    except mlarope.FuzzFailure as failure:
+        result = failure.result
+    keep = ("cases", "failing_cases", "seconds", "summary")
+    print(json.dumps({"version": megatron_sources.load().version, **{k: result[k] for k in keep}}))
+    return 0
+
+
+def _check_main(case_dir: str) -> int:
+    """Every check of the case in every variant: {variant: {"ok", "lines"}}."""
+    import mlarope
+
+    backend = _backend(findings=True)
+    reports = {}
+    for variant in backend.variants():
+        backend.select_variant(variant)
+        report = mlarope.check(backend, case_dir)
+        lines = [line for _, _, line in report["results"]]
+        reports[variant] = {"ok": report["ok"], "lines": lines}
+    print(json.dumps(reports))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    if len(sys.argv) == 3 and sys.argv[1] == "fuzz":
+        sys.exit(_fuzz_main(sys.argv[2]))
+    if len(sys.argv) == 3 and sys.argv[1] == "check":
+        sys.exit(_check_main(sys.argv[2]))
+    print(__doc__)
+    sys.exit(2)
