@@ -2,25 +2,72 @@
 # SPDX-License-Identifier: Apache-2.0
 # The Python package as a user installs it: `pip install .` into a virtual environment over
 # Debian's Python (its NumPy and pytest; pybind11 from Debian, scikit-build-core from PyPI),
-# then the package's tests (python/tests) from outside the source tree's package folder.
-# PYTHON_VENV (default build-python/venv) is where the environment goes.
+# then the package's tests (python/tests) from outside the source tree's package folder; then
+# the adapters: megatron-core's RoPE, and the Triton kernels of Megatron, Liger and flash-attn
+# under Triton's interpreter (mlarope.triton), each release pinned by hash (pip's cache keeps
+# the downloads). PYTHON_VENV (default build-python/venv) is where the environment goes.
+# MLAROPE_SKIP_MEGATRON=1 leaves out megatron-core, MLAROPE_SKIP_TRITON=1 the Triton kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS=0
 venv=$(realpath -m "${PYTHON_VENV:-build-python/venv}")
+pip_install() { "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"; }
+pip_download() { "$venv/bin/python" -m pip download --quiet --disable-pip-version-check "$@"; }
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 echo "python: pip install . into $venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check .
+pip_install .
 "$venv/bin/python" -c "import mlarope, sys; print('python: mlarope from', mlarope.__file__)"
-(cd python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider)
-# megatron-core's RoPE through the adapters (adapters/megatron): needs Debian's python3-torch
-# (ci/setup.sh) and the pinned wheel; MLAROPE_SKIP_MEGATRON=1 leaves them out, saying so.
+megatron=1 triton=1
 if [[ "${MLAROPE_SKIP_MEGATRON:-0}" == 1 ]]; then
+  megatron=0
   echo "python: megatron adapters SKIPPED (MLAROPE_SKIP_MEGATRON=1)"
-else
-  "$venv/bin/python" -c "import torch" || { echo "python: torch is missing: run ci/setup.sh (python3-torch)" >&2; exit 1; }
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
-    -r adapters/megatron/requirements.txt
-  (cd adapters/megatron && "$venv/bin/python" -m pytest -q -p no:cacheprovider test_megatron.py)
 fi
+if [[ "${MLAROPE_SKIP_TRITON:-0}" == 1 ]]; then
+  triton=0
+  echo "python: Triton kernels under the interpreter SKIPPED (MLAROPE_SKIP_TRITON=1)"
+fi
+if ((megatron || triton)); then
+  "$venv/bin/python" -c "import torch" || { echo "python: torch is missing: run ci/setup.sh (python3-torch)" >&2; exit 1; }
+fi
+if ((triton)); then
+  pip_install --no-deps --require-hashes -r python/requirements-triton.txt
+  echo "python: triton $("$venv/bin/python" -c 'import triton; print(triton.__version__)') (its interpreter)"
+fi
+(cd python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider)
+pytest_in() {  # pytest_in FOLDER FILE...: an adapter's tests, from its folder
+  local folder=$1
+  shift
+  (cd "$folder" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")
+}
+# The Megatron tests (one core) and the other Triton adapters (the other) at the same time:
+# each is a single process under the interpreter. Their logs are shown when both are done.
+megatron_status=0 megatron_log=$(mktemp)
+if ((megatron)); then
+  pip_install --no-deps --require-hashes -r adapters/megatron/requirements.txt
+  files=(test_megatron.py)
+  if ((triton)); then
+    pip_download --no-deps --only-binary :all: --python-version 3.12 \
+      --platform manylinux_2_28_x86_64 --require-hashes \
+      -r adapters/megatron/requirements-0.19.2.txt -d adapters/megatron/downloads
+    files+=(test_megatron_triton.py)
+  fi
+  pytest_in adapters/megatron "${files[@]}" >"$megatron_log" 2>&1 &
+  megatron_pid=$!
+fi
+others_status=0
+if ((triton)); then
+  pip_install --no-deps --require-hashes -r adapters/liger/requirements.txt
+  pip_download --no-deps --no-binary :all: --require-hashes \
+    -r adapters/flash_attn/requirements.txt -d adapters/flash_attn/downloads
+  echo "python: liger-kernel's and flash-attn's Triton RoPE under the interpreter"
+  pytest_in adapters/liger test_liger.py || others_status=$?
+  pytest_in adapters/flash_attn test_flash_attn.py || others_status=$?
+fi
+if ((megatron)); then
+  wait "$megatron_pid" || megatron_status=$?
+  echo "python: megatron-core (${files[*]})"
+  cat "$megatron_log"
+fi
+rm -f "$megatron_log"
 echo "python: finished after ${SECONDS} s"
+exit $((megatron_status || others_status))

@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: Apache-2.0
+"""flash-attn's Triton rotary kernel through mlarope on the host, under Triton's interpreter:
+the adapter fuzzed through mlarope.triton.TritonBackend, with the counts of what ran through
+flash-attn, and a wrong mapping that the fuzz must catch.
+
+Each fuzz runs in a subprocess (``python test_flash_attn.py fuzz ...``): a kernel that stores
+past a guard corrupts the memory of the process it runs in, and then only that test fails.
+
+Needs the mlarope package (with mlarope.triton), Debian's python3-torch, triton (installed with
+--no-deps) and flash-attn's sdist (``flash_rotary.DOWNLOAD``; found through
+$MLAROPE_FLASH_ATTN_SDIST or in adapters/flash_attn/downloads/): without it the tests skip.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import flash_rotary  # noqa: E402 (imports neither torch nor triton)
+
+# Case budgets rather than seconds, so that what runs is the same on a loaded machine (about
+# 10, 5 and 2 s here); MLAROPE_FLASH_ATTN_SCALE multiplies them.
+SCALE = float(os.environ.get("MLAROPE_FLASH_ATTN_SCALE", "1"))
+
+
+def budget(cases: int) -> int:
+    return max(1, int(cases * SCALE))
+
+
+def missing() -> str | None:
+    """Why these tests cannot run here, or None (modules found, not imported: triton must be
+    imported after the interpreter is chosen)."""
+    for name in ("torch", "triton", "mlarope.triton"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return f"{name} is not installed"
+        except ImportError:
+            return f"{name} is not installed"
+    if flash_rotary.find_sdist() is None:
+        return (
+            f"{flash_rotary.SDIST} is not here: {flash_rotary.DOWNLOAD} with DIR "
+            "adapters/flash_attn/downloads, or set MLAROPE_FLASH_ATTN_SDIST"
+        )
+    return None
+
+
+def run_fuzz(adapter_flags: dict, **fuzz_args) -> dict:
+    """mlarope.fuzz of TritonBackend(FlashRotary(**adapter_flags)) in a subprocess: its result
+    (summary, cases, failing_cases), or what the subprocess printed when it crashed."""
+    command = [sys.executable, __file__, "fuzz", json.dumps(adapter_flags), json.dumps(fuzz_args)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=HERE)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise AssertionError(
+            f"the fuzz process ended with status {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+    return json.loads(lines[-1])
+
+
+def ran(summary: str) -> int:
+    found = re.search(r"\((\d+) of \d+ cases ran\)", summary)
+    assert found, summary
+    return int(found.group(1))
+
+
+def show(capsys, title: str, result: dict) -> None:
+    with capsys.disabled():
+        print(f"\n--- {title} ({result['seconds']:.1f} s)\n{result['summary']}")
+
+
+if __name__ != "__main__":
+    import pytest
+
+    why = missing()
+    if why:
+        pytest.skip(why, allow_module_level=True)
+
+
+def test_flash_fuzz_is_clean_where_it_maps(tmp_path, capsys):
+    # Narrowed to f32/f16 (bf16 is declined) and to each pair layout flash-attn has, so most of
+    # the budget runs.
+    for seed, pairs in ((1, "half/half/*"), (4, "interleaved/interleaved/*")):
+        result = run_fuzz(
+            {},
+            cases=budget(250),
+            seed=seed,
+            out=str(tmp_path / pairs.split("/")[0]),
+            size=12,
+            dtypes=["f32", "f16"],
+            table_dtypes=["f32", "f16"],
+            layouts=pairs,
+        )
+        show(capsys, f"flash-attn {flash_rotary.VERSION} rotary, interpreted, {pairs}", result)
+        assert result["failing_cases"] == 0, result["summary"]
+        assert ran(result["summary"]) >= budget(50), "too few cases ran through flash-attn"
+
+
+def test_flash_census_names_every_decline(tmp_path, capsys):
+    # The whole space: what flash-attn cannot take is counted with its reason, and nothing fails.
+    result = run_fuzz({}, cases=budget(1500), seed=2, out=str(tmp_path), size=8)
+    show(capsys, "flash-attn rotary: every op, dtype and flag", result)
+    assert result["failing_cases"] == 0, result["summary"]
+    for reason in (
+        "bf16 under Triton's interpreter",
+        "writes pairs where it reads them",
+        "context parallelism",
+    ):
+        assert reason in result["summary"]
+    assert ran(result["summary"]) >= budget(80)
+
+
+def test_a_wrong_mapping_fails_the_fuzz(tmp_path):
+    # conjugate toggled on every call (the rotation the other way): the fuzz must fail.
+    result = run_fuzz(
+        {"flip_conjugate": True},
+        cases=budget(30),
+        seed=3,
+        out=str(tmp_path),
+        size=8,
+        dtypes=["f32"],
+        layouts="half/half/*",
+    )
+    assert result["failing_cases"] > 0, result["summary"]
+
+
+def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
+    import mlarope
+    from mlarope import triton as mt
+
+    adapter = flash_rotary.FlashRotary()
+    for name, value in json.loads(adapter_flags).items():
+        setattr(adapter, name, value)
+    try:
+        result = mlarope.fuzz(mt.TritonBackend(adapter), quiet=True, **json.loads(fuzz_args))
+    except mlarope.FuzzFailure as failure:
+        result = failure.result
+    keep = ("cases", "failing_cases", "seconds", "summary")
+    print(json.dumps({k: result[k] for k in keep}))
+    return 0
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "fuzz":
+    sys.exit(_fuzz_main(sys.argv[2], sys.argv[3]))

@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: Apache-2.0
+"""liger-kernel's Triton RoPE through mlarope on the host, under Triton's interpreter: the
+adapter fuzzed through mlarope.triton.TritonBackend, with the counts of what ran through Liger,
+a wrong mapping that the fuzz must catch, and the finding kept by its repro.
+
+Each fuzz runs in a subprocess (``python test_liger.py fuzz ...``): a kernel that stores past a
+guard corrupts the memory of the process it runs in, and then only that test fails.
+
+Needs the mlarope package (with mlarope.triton), Debian's python3-torch, and the wheels of
+requirements.txt (triton and liger-kernel, installed with --no-deps).
+"""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FINDINGS = os.path.join(HERE, "findings")
+# Case budgets rather than seconds, so that what runs is the same on a loaded machine (about
+# 10, 5 and 2 s here); MLAROPE_LIGER_SCALE multiplies them.
+SCALE = float(os.environ.get("MLAROPE_LIGER_SCALE", "1"))
+
+
+def budget(cases: int) -> int:
+    return max(1, int(cases * SCALE))
+
+
+def missing() -> str | None:
+    """Why these tests cannot run here, or None. Found, not imported: liger_kernel's __init__
+    needs torch >= 2, and triton must be imported after the interpreter is chosen."""
+    for name in ("torch", "liger_kernel", "triton", "mlarope.triton"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return f"{name} is not installed (see requirements.txt)"
+        except ImportError:
+            return f"{name} is not installed"
+    return None
+
+
+def run_fuzz(adapter_flags: dict, **fuzz_args) -> dict:
+    """mlarope.fuzz of TritonBackend(LigerRope(**adapter_flags)) in a subprocess: its result
+    (summary, cases, failing_cases), or what the subprocess printed when it crashed."""
+    command = [sys.executable, __file__, "fuzz", json.dumps(adapter_flags), json.dumps(fuzz_args)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=HERE)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise AssertionError(
+            f"the fuzz process ended with status {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+    return json.loads(lines[-1])
+
+
+def ran(summary: str) -> int:
+    found = re.search(r"\((\d+) of \d+ cases ran\)", summary)
+    assert found, summary
+    return int(found.group(1))
+
+
+def show(capsys, title: str, result: dict) -> None:
+    with capsys.disabled():
+        print(f"\n--- {title} ({result['seconds']:.1f} s)\n{result['summary']}")
+
+
+if __name__ != "__main__":
+    import pytest
+
+    why = missing()
+    if why:
+        pytest.skip(why, allow_module_level=True)
+
+
+def test_liger_fuzz_is_clean_where_it_maps(tmp_path, capsys):
+    # Narrowed to what Liger's rope can take (half pairs, f32/f16), so most of the budget runs.
+    result = run_fuzz(
+        {},
+        cases=budget(500),
+        seed=1,
+        out=str(tmp_path),
+        size=12,
+        dtypes=["f32", "f16"],
+        table_dtypes=["f32", "f16"],
+        layouts="half/half/*",
+    )
+    show(capsys, "liger-kernel rope under Triton's interpreter, half pairs", result)
+    assert result["failing_cases"] == 0, result["summary"]
+    assert ran(result["summary"]) >= budget(200), "too few cases ran through Liger"
+
+
+def test_liger_census_names_every_decline(tmp_path, capsys):
+    # The whole space: what Liger cannot take is counted with its reason, and nothing fails.
+    result = run_fuzz({}, cases=budget(1500), seed=2, out=str(tmp_path), size=8)
+    show(capsys, "liger rope: every op, dtype and flag", result)
+    assert result["failing_cases"] == 0, result["summary"]
+    for reason in ("bf16 under Triton's interpreter", "half -> half only"):
+        assert reason in result["summary"]
+    assert ran(result["summary"]) >= budget(80)
+
+
+def test_a_wrong_mapping_fails_the_fuzz(tmp_path):
+    # sin negated on every call (the rotation the other way): the fuzz must fail.
+    result = run_fuzz(
+        {"flip_sin": True},
+        cases=budget(30),
+        seed=3,
+        out=str(tmp_path),
+        size=8,
+        dtypes=["f32"],
+        layouts="half/half/*",
+    )
+    assert result["failing_cases"] > 0, result["summary"]
+
+
+def test_finding_seq1_row_stride():
+    # One token per sequence, B > 1, q contiguous as [B, H, 1, D]: Liger rotates the wrong rows
+    # (the repro exits 1 when it reproduces). The adapter restrides such views (its docstring).
+    repro = os.path.join(FINDINGS, "seq1_row_stride", "repro.py")
+    done = subprocess.run(
+        [sys.executable, repro], capture_output=True, text=True, timeout=300, cwd=HERE
+    )
+    assert done.returncode == 1 and "reproduced" in done.stdout, done.stdout + done.stderr
+
+
+def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
+    sys.path.insert(0, HERE)
+    from liger_rope import LigerRope
+
+    import mlarope
+    from mlarope import triton as mt
+
+    adapter = LigerRope()
+    for name, value in json.loads(adapter_flags).items():
+        setattr(adapter, name, value)
+    try:
+        result = mlarope.fuzz(mt.TritonBackend(adapter), quiet=True, **json.loads(fuzz_args))
+    except mlarope.FuzzFailure as failure:
+        result = failure.result
+    keep = ("cases", "failing_cases", "seconds", "summary")
+    print(json.dumps({k: result[k] for k in keep}))
+    return 0
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "fuzz":
+    sys.exit(_fuzz_main(sys.argv[2], sys.argv[3]))
