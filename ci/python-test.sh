@@ -39,22 +39,24 @@ pytest_in() {  # pytest_in FOLDER FILE...: an adapter's tests, from its folder
   shift
   (cd "$folder" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")
 }
-# The Megatron tests (one core) and the other Triton adapters (the other) at the same time:
-# each is a single process under the interpreter. Their logs are shown when both are done.
-megatron_status=0 megatron_log=$(mktemp)
+# Megatron's Triton kernels (one core) and the other adapters (the other) at the same time:
+# each is a single process. The background run's log is shown when both are done.
 if ((megatron)); then
   pip_install --no-deps --require-hashes -r adapters/megatron/requirements.txt
-  files=(test_megatron.py)
-  if ((triton)); then
-    pip_download --no-deps --only-binary :all: --python-version 3.12 \
-      --platform manylinux_2_28_x86_64 --require-hashes \
-      -r adapters/megatron/requirements-0.19.2.txt -d adapters/megatron/downloads
-    files+=(test_megatron_triton.py)
-  fi
-  pytest_in adapters/megatron "${files[@]}" >"$megatron_log" 2>&1 &
-  megatron_pid=$!
+fi
+triton_status=0 triton_log=$(mktemp)
+if ((megatron && triton)); then
+  pip_download --no-deps --only-binary :all: --python-version 3.12 \
+    --platform manylinux_2_28_x86_64 --require-hashes \
+    -r adapters/megatron/requirements-0.19.2.txt -d adapters/megatron/downloads
+  pytest_in adapters/megatron test_megatron_triton.py >"$triton_log" 2>&1 &
+  triton_pid=$!
 fi
 others_status=0
+if ((megatron)); then
+  echo "python: megatron-core's RoPE (test_megatron.py)"
+  pytest_in adapters/megatron test_megatron.py || others_status=$?
+fi
 if ((triton)); then
   pip_install --no-deps --require-hashes -r adapters/liger/requirements.txt
   pip_download --no-deps --no-binary :all: --require-hashes \
@@ -63,11 +65,11 @@ if ((triton)); then
   pytest_in adapters/liger test_liger.py || others_status=$?
   pytest_in adapters/flash_attn test_flash_attn.py || others_status=$?
 fi
-if ((megatron)); then
-  wait "$megatron_pid" || megatron_status=$?
-  echo "python: megatron-core (${files[*]})"
-  cat "$megatron_log"
+if ((megatron && triton)); then
+  wait "$triton_pid" || triton_status=$?
+  echo "python: Megatron's fused MLA kernels under the interpreter (test_megatron_triton.py)"
+  cat "$triton_log"
 fi
-rm -f "$megatron_log"
+rm -f "$triton_log"
 echo "python: finished after ${SECONDS} s"
-exit $((megatron_status || others_status))
+exit $((triton_status || others_status))
