@@ -61,6 +61,8 @@ import types
 
 import numpy as np
 
+from mlarope.rope_only import KvSplitByRope
+
 VERSION = "2.8.3.post2"
 SDIST = f"flash_attn-{VERSION}.tar.gz"
 SDIST_SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
@@ -141,7 +143,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view({2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
 
 
-class FlashRotary:
+class FlashRotary(KvSplitByRope):
     """flash-attn's apply_rotary on rope and kv_split calls; see the module docstring."""
 
     def __init__(self, source: str | None = None):
@@ -252,6 +254,13 @@ class FlashRotary:
 
     # -- the mapping
 
+    def _pe_view(self, call, a):
+        return self.mt.torch_view(a, call.dtype)
+
+    def _rotate_pe(self, call, pe, backward: bool):
+        # forward into flash-attn's own output; backward on the f32 sum, in place
+        return self._apply(call, pe, backward=backward, inplace=backward)
+
     def _apply(self, call, x, *, backward: bool, inplace: bool):
         """apply_rotary on x (the rope slices: [S, B, H, d] SBHD, [T, H, d] THD); returns the
         result in the same layout as x."""
@@ -297,30 +306,3 @@ class FlashRotary:
         y[..., n:] = self._apply(
             call, x[..., n:], backward=call.op == "rope_backward", inplace=False
         )
-
-    def kv_split(self, call):
-        kv, k_pe = call.inputs
-        key, value = call.outputs
-        k = call.k_dim
-        if key.size == 0 and value.size == 0:
-            return
-        key[..., :k] = kv[..., :k]
-        value[...] = kv[..., k:]
-        if key.size == 0:
-            return
-        pe = self._apply(call, self.mt.torch_view(k_pe, call.dtype), backward=False, inplace=False)
-        self.mt.torch_view(key, call.dtype)[..., k:] = pe.expand(*key.shape[:-1], call.emb_dim)
-
-    def kv_split_backward(self, call):
-        grad_key, grad_value = call.inputs
-        grad_kv, grad_k_pe = call.outputs
-        k = call.k_dim
-        if grad_kv.size == 0 and grad_k_pe.size == 0:
-            return
-        grad_kv[..., :k] = grad_key[..., :k]
-        grad_kv[..., k:] = grad_value
-        if grad_k_pe.size == 0:
-            return
-        g = self.mt.torch_view(grad_key, call.dtype)[..., k:].float().sum(dim=-2, keepdim=True)
-        y = self._apply(call, g, backward=True, inplace=True)  # f32: not rounded before it
-        self.mt.torch_view(grad_k_pe, call.dtype).copy_(y)

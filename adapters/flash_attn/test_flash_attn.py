@@ -11,11 +11,8 @@ Needs the mlarope package (with mlarope.triton), Debian's python3-torch, triton 
 $MLAROPE_FLASH_ATTN_SDIST or in adapters/flash_attn/downloads/): without it the tests skip.
 """
 
-import importlib.util
 import json
 import os
-import re
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,54 +20,33 @@ sys.path.insert(0, HERE)
 
 import flash_rotary  # noqa: E402 (imports neither torch nor triton)
 
-# Case budgets rather than seconds, so that what runs is the same on a loaded machine (about
-# 10, 5 and 2 s here); MLAROPE_FLASH_ATTN_SCALE multiplies them.
-SCALE = float(os.environ.get("MLAROPE_FLASH_ATTN_SCALE", "1"))
+sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
+from adapter_testing import budget as _budget  # noqa: E402
+from adapter_testing import fuzz_result, ran, show, subprocess_json  # noqa: E402
+from adapter_testing import missing as _missing  # noqa: E402
 
 
-def budget(cases: int) -> int:
-    return max(1, int(cases * SCALE))
+def budget(cases: int) -> int:  # about 10, 5 and 2 s here at scale 1
+    return _budget(cases, "MLAROPE_FLASH_ATTN_SCALE")
+
+
+def run_fuzz(adapter_flags: dict, **fuzz_args) -> dict:
+    """mlarope.fuzz of TritonBackend(FlashRotary(**adapter_flags)) in a subprocess."""
+    return subprocess_json(__file__, "fuzz", json.dumps(adapter_flags), json.dumps(fuzz_args))
 
 
 def missing() -> str | None:
     """Why these tests cannot run here, or None (modules found, not imported: triton must be
     imported after the interpreter is chosen)."""
-    for name in ("torch", "triton", "mlarope.triton"):
-        try:
-            if importlib.util.find_spec(name) is None:
-                return f"{name} is not installed"
-        except ImportError:
-            return f"{name} is not installed"
+    why = _missing(("torch", "triton", "mlarope.triton"))
+    if why:
+        return why
     if flash_rotary.find_sdist() is None:
         return (
             f"{flash_rotary.SDIST} is not here: {flash_rotary.DOWNLOAD} with DIR "
             "adapters/flash_attn/downloads, or set MLAROPE_FLASH_ATTN_SDIST"
         )
     return None
-
-
-def run_fuzz(adapter_flags: dict, **fuzz_args) -> dict:
-    """mlarope.fuzz of TritonBackend(FlashRotary(**adapter_flags)) in a subprocess: its result
-    (summary, cases, failing_cases), or what the subprocess printed when it crashed."""
-    command = [sys.executable, __file__, "fuzz", json.dumps(adapter_flags), json.dumps(fuzz_args)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=HERE)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise AssertionError(
-            f"the fuzz process ended with status {done.returncode}:\n{done.stdout}\n{done.stderr}"
-        )
-    return json.loads(lines[-1])
-
-
-def ran(summary: str) -> int:
-    found = re.search(r"\((\d+) of \d+ cases ran\)", summary)
-    assert found, summary
-    return int(found.group(1))
-
-
-def show(capsys, title: str, result: dict) -> None:
-    with capsys.disabled():
-        print(f"\n--- {title} ({result['seconds']:.1f} s)\n{result['summary']}")
 
 
 if __name__ != "__main__":
@@ -139,8 +115,7 @@ def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
         result = mlarope.fuzz(mt.TritonBackend(adapter), quiet=True, **json.loads(fuzz_args))
     except mlarope.FuzzFailure as failure:
         result = failure.result
-    keep = ("cases", "failing_cases", "seconds", "summary")
-    print(json.dumps({k: result[k] for k in keep}))
+    print(fuzz_result(result))
     return 0
 
 

@@ -55,6 +55,8 @@ import os
 
 import numpy as np
 
+from mlarope.rope_only import KvSplitByRope
+
 VERSION = "0.8.5"  # requirements.txt pins this wheel by hash
 
 
@@ -167,7 +169,7 @@ def one_angle_per_pair(cos2d: np.ndarray, sin2d: np.ndarray, layout: str) -> boo
 # ---- The backend --------------------------------------------------------------------------------
 
 
-class LigerRope:
+class LigerRope(KvSplitByRope):
     """Liger's rope (forward and backward) on rope and kv_split calls; see the module docstring."""
 
     def __init__(
@@ -275,6 +277,11 @@ class LigerRope:
             y, _ = self.liger.LigerRopeFunction.apply(x, other, cos, sin)
         x.copy_(y)  # a no-op copy where Liger wrote x itself
 
+    heads_dim = 1  # Liger's [B, H, S, D]
+
+    def _pe_view(self, call, a: np.ndarray):
+        return self._bhsd(call, a, call.dtype)
+
     def _rotate_pe(self, call, pe, backward: bool):
         """Liger's k path on a one-head tensor ([B, 1, S, d]); the result, a new tensor."""
         torch = self.torch
@@ -295,30 +302,3 @@ class LigerRope:
         if not call.in_place:
             out[...] = t  # Liger rotates in place: it gets the output, holding the input
         self._rotate(call, self._bhsd(call, out[..., n:], dtype), call.op == "rope_backward")
-
-    def kv_split(self, call):
-        kv, k_pe = call.inputs
-        key, value = call.outputs
-        k = call.k_dim
-        if key.size == 0 and value.size == 0:
-            return
-        key[..., :k] = kv[..., :k]
-        value[...] = kv[..., k:]
-        if key.size == 0:
-            return
-        rotated = self._rotate_pe(call, self._bhsd(call, k_pe, call.dtype), False)
-        self._bhsd(call, key[..., k:], call.dtype).copy_(rotated.expand(-1, key.shape[-2], -1, -1))
-
-    def kv_split_backward(self, call):
-        grad_key, grad_value = call.inputs
-        grad_kv, grad_k_pe = call.outputs
-        k = call.k_dim
-        if grad_kv.size == 0 and grad_k_pe.size == 0:
-            return
-        grad_kv[..., :k] = grad_key[..., :k]
-        grad_kv[..., k:] = grad_value
-        if grad_k_pe.size == 0:
-            return
-        g = self._bhsd(call, grad_key[..., k:], call.dtype).float().sum(dim=1, keepdim=True)
-        y = self._rotate_pe(call, g, True)  # f32: the sum is not rounded before the rotation
-        self._bhsd(call, grad_k_pe, call.dtype).copy_(y)

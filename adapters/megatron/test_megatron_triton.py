@@ -11,36 +11,28 @@ fails. The 0.19.2 wheel is found through ``$MLAROPE_MEGATRON_WHEEL`` or in ``dow
 it those tests skip, saying so.
 """
 
-import importlib.util
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FINDINGS = os.path.join(HERE, "findings")
-# Case budgets rather than seconds, so that what runs is the same on a loaded machine;
-# MLAROPE_MEGATRON_SCALE multiplies them.
-SCALE = float(os.environ.get("MLAROPE_MEGATRON_SCALE", "1"))
+sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
+from adapter_testing import budget as _budget  # noqa: E402
+from adapter_testing import fuzz_result, ran, show, subprocess_json  # noqa: E402
+from adapter_testing import missing as _missing  # noqa: E402
+
 BLOCK_H = [1, 2, 4, 8, 16, 32, 64, 128]  # the kernels' autotune configs, in both releases
 
 
 def budget(cases: int) -> int:
-    return max(1, int(cases * SCALE))
+    return _budget(cases, "MLAROPE_MEGATRON_SCALE")
 
 
-def missing() -> str | None:
-    """Why these tests cannot run here, or None (found, not imported: triton must be imported
-    after the interpreter is chosen)."""
-    for name in ("torch", "triton", "megatron", "mlarope.triton"):
-        try:
-            if importlib.util.find_spec(name) is None:
-                return f"{name} is not installed (ci/python-test.sh installs it)"
-        except ImportError:
-            return f"{name} is not installed"
-    return None
+def run(*args: str, root: str | None = None) -> dict:
+    """This file run with ``args`` in a subprocess, another release's files when ``root``."""
+    return subprocess_json(__file__, *args, env={"MLAROPE_MEGATRON_ROOT": root} if root else None)
 
 
 def wheel_0_19_2() -> str | None:
@@ -51,44 +43,11 @@ def wheel_0_19_2() -> str | None:
     )
 
 
-def subprocess_json(*args, root: str | None = None) -> dict:
-    """Run this file with `args` in a subprocess (with MLAROPE_MEGATRON_ROOT=root when given)
-    and return the JSON of its last line, or fail with what it printed."""
-    env = dict(os.environ)
-    if root:
-        env["MLAROPE_MEGATRON_ROOT"] = root
-    done = subprocess.run(
-        [sys.executable, __file__, *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=HERE,
-        env=env,
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise AssertionError(
-            f"the subprocess ended with status {done.returncode}:\n{done.stdout}\n{done.stderr}"
-        )
-    return json.loads(lines[-1])
-
-
-def ran(summary: str) -> int:
-    found = re.search(r"\((\d+) of \d+ cases ran\)", summary)
-    assert found, summary
-    return int(found.group(1))
-
-
-def show(capsys, title: str, result: dict) -> None:
-    with capsys.disabled():
-        print(f"\n--- {title} ({result['seconds']:.1f} s)\n{result['summary']}")
-
-
 if __name__ != "__main__":
     import pytest
 
     sys.path.insert(0, HERE)
-    why = missing()
+    why = _missing(("torch", "triton", "megatron", "mlarope.triton"))
     if why:
         pytest.skip(why, allow_module_level=True)
 
@@ -118,7 +77,7 @@ if __name__ != "__main__":
         from megatron_fused import FUZZ_NARROWING  # what the kernels can take
 
         args = dict(cases=budget(90), seed=1, out=str(tmp_path), size=30, **FUZZ_NARROWING)
-        result = subprocess_json("fuzz", json.dumps(args), root=release_root)
+        result = run("fuzz", json.dumps(args), root=release_root)
         show(capsys, f"megatron-core {result['version']} fused MLA kernels, interpreter", result)
         assert result["failing_cases"] == 0, result["summary"]
         for block_h in BLOCK_H:  # every config ran every case
@@ -133,7 +92,7 @@ if __name__ != "__main__":
         # one block per token, whose first head is head 0.
         case = os.path.join(FINDINGS, "fused_head_mask_f32")
         heads = 5
-        reports = subprocess_json("check", case, root=release_root)
+        reports = run("check", case, root=release_root)
         assert sorted(reports) == sorted(f"BLOCK_H={b}" for b in BLOCK_H), sorted(reports)
         for block_h in BLOCK_H:
             report = reports[f"BLOCK_H={block_h}"]
@@ -150,7 +109,7 @@ if __name__ != "__main__":
         # position -1, so the kernel reads the table row before the table (a NaN guard here)
         # and rotates the row, which the semantics pass through.
         case = os.path.join(FINDINGS, "fused_q_thd_padding_rows_2_heads")
-        reports = subprocess_json("check", case, root=release_root)
+        reports = run("check", case, root=release_root)
         assert sorted(reports) == sorted(f"BLOCK_H={b}" for b in BLOCK_H), sorted(reports)
         for report in reports.values():
             value = next(line for line in report["lines"] if line.startswith("value"))
@@ -177,8 +136,9 @@ def _fuzz_main(fuzz_args: str) -> int:
         result = mlarope.fuzz(_backend(findings=False), quiet=True, **json.loads(fuzz_args))
     except mlarope.FuzzFailure as failure:
         result = failure.result
-    keep = ("cases", "failing_cases", "seconds", "summary")
-    print(json.dumps({"version": megatron_sources.load().version, **{k: result[k] for k in keep}}))
+    print(
+        json.dumps({"version": megatron_sources.load().version, **json.loads(fuzz_result(result))})
+    )
     return 0
 
 

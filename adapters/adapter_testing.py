@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the adapters' tests share. A fuzz or a replay of a kernel under Triton's interpreter runs
+in a subprocess (the test file itself, with arguments): a kernel that stores past a guard
+corrupts the memory of the process it runs in, and then only that test fails, with the
+subprocess's output. Case budgets rather than seconds, so that what runs is the same on a
+loaded machine; an environment variable per adapter multiplies them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def budget(cases: int, scale_variable: str) -> int:
+    """``cases`` times the float in ``$scale_variable`` (1 when unset), at least 1."""
+    return max(1, int(cases * float(os.environ.get(scale_variable, "1"))))
+
+
+def missing(modules) -> str | None:
+    """Why the tests cannot run here (the first of ``modules`` not installed), or None. Found,
+    not imported: triton must be imported after the interpreter is chosen."""
+    for name in modules:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return f"{name} is not installed (ci/python-test.sh installs it)"
+        except (ImportError, ValueError):
+            return f"{name} is not installed"
+    return None
+
+
+def subprocess_json(script: str, *args: str, env: dict | None = None, timeout: int = 900):
+    """Run ``python script args...`` from the script's folder and return the JSON of the last
+    line it prints, or fail with everything it printed (a crash included)."""
+    done = subprocess.run(
+        [sys.executable, script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=os.path.dirname(os.path.abspath(script)),
+        env=None if env is None else {**os.environ, **env},
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise AssertionError(
+            f"the subprocess ended with status {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+    return json.loads(lines[-1])
+
+
+def fuzz_result(result: dict) -> str:
+    """The line a fuzz subprocess prints: what its test reads of mlarope.fuzz's result."""
+    return json.dumps({k: result[k] for k in ("cases", "failing_cases", "seconds", "summary")})
+
+
+def ran(summary: str) -> int:
+    """Cases that reached the kernel (the rest were declined), from a fuzz summary."""
+    found = re.search(r"\((\d+) of \d+ cases ran\)", summary)
+    assert found, summary
+    return int(found.group(1))
+
+
+def show(capsys, title: str, result: dict) -> None:
+    """Print a fuzz's summary in the test log, past pytest's capture."""
+    with capsys.disabled():
+        print(f"\n--- {title} ({result['seconds']:.1f} s)\n{result['summary']}")
