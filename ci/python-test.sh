@@ -33,43 +33,56 @@ if ((triton)); then
   pip_install --no-deps --require-hashes -r python/requirements-triton.txt
   echo "python: triton $("$venv/bin/python" -c 'import triton; print(triton.__version__)') (its interpreter)"
 fi
-(cd python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider)
-pytest_in() {  # pytest_in FOLDER FILE...: an adapter's tests, from its folder
+pytest_in() {  # pytest_in FOLDER FILE...: tests from their folder
   local folder=$1
   shift
   (cd "$folder" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")
 }
-# Megatron's Triton kernels (one core) and the other adapters (the other) at the same time:
-# each is a single process. The background run's log is shown when both are done.
 if ((megatron)); then
   pip_install --no-deps --require-hashes -r adapters/megatron/requirements.txt
 fi
-triton_status=0 triton_log=$(mktemp)
 if ((megatron && triton)); then
   pip_download --no-deps --only-binary :all: --python-version 3.12 \
     --platform manylinux_2_28_x86_64 --require-hashes \
     -r adapters/megatron/requirements-0.19.2.txt -d adapters/megatron/downloads
-  pytest_in adapters/megatron test_megatron_triton.py >"$triton_log" 2>&1 &
-  triton_pid=$!
-fi
-others_status=0
-if ((megatron)); then
-  echo "python: megatron-core's RoPE (test_megatron.py)"
-  pytest_in adapters/megatron test_megatron.py || others_status=$?
 fi
 if ((triton)); then
   pip_install --no-deps --require-hashes -r adapters/liger/requirements.txt
   pip_download --no-deps --no-binary :all: --require-hashes \
     -r adapters/flash_attn/requirements.txt -d adapters/flash_attn/downloads
-  echo "python: liger-kernel's and flash-attn's Triton RoPE under the interpreter"
+fi
+# Two lanes, one core each (every test process is single-threaded, and the lanes take about
+# the same time): Megatron's Triton kernels and flash-attn's in the background, logged and
+# shown when both are done; the package's tests, the unfused Megatron and Liger in the
+# foreground.
+lane_log=$(mktemp)
+(
+  status=0
+  if ((megatron && triton)); then
+    echo "python: Megatron's fused MLA kernels under the interpreter (test_megatron_triton.py)"
+    pytest_in adapters/megatron test_megatron_triton.py || status=1
+  fi
+  if ((triton)); then
+    echo "python: flash-attn's Triton rotary under the interpreter"
+    pytest_in adapters/flash_attn test_flash_attn.py || status=1
+  fi
+  exit "$status"
+) >"$lane_log" 2>&1 &
+lane_pid=$!
+others_status=0
+echo "python: the package's tests (python/tests)"
+pytest_in python/tests || others_status=$?
+if ((megatron)); then
+  echo "python: megatron-core's RoPE (test_megatron.py)"
+  pytest_in adapters/megatron test_megatron.py || others_status=$?
+fi
+if ((triton)); then
+  echo "python: liger-kernel's Triton RoPE under the interpreter"
   pytest_in adapters/liger test_liger.py || others_status=$?
-  pytest_in adapters/flash_attn test_flash_attn.py || others_status=$?
 fi
-if ((megatron && triton)); then
-  wait "$triton_pid" || triton_status=$?
-  echo "python: Megatron's fused MLA kernels under the interpreter (test_megatron_triton.py)"
-  cat "$triton_log"
-fi
-rm -f "$triton_log"
+lane_status=0
+wait "$lane_pid" || lane_status=$?
+cat "$lane_log"
+rm -f "$lane_log"
 echo "python: finished after ${SECONDS} s"
-exit $((triton_status || others_status))
+exit $((lane_status || others_status))
