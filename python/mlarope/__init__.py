@@ -24,6 +24,9 @@ Fuzzing a kernel written in Python: a backend is any object with some of the met
 
 Calls a backend declines or lacks are counted as not supported (``result["summary"]``),
 never as failures; a Python exception in a method is a failing case with its traceback.
+A backend with ``variants()`` (names) and ``select_variant(name)`` runs every case once per
+variant, each counted and named in the summary and ``fuzz.json``; ``environment()`` (a dict)
+is recorded there too. Triton kernels without a GPU: ``mlarope.triton``.
 """
 
 from __future__ import annotations
