@@ -195,7 +195,7 @@ struct Common {
   }
 };
 
-py::array empty_like(const py::array& a, std::vector<py::ssize_t> shape) {
+py::array empty_like(const py::array& a, const std::vector<py::ssize_t>& shape) {
   return py::array(a.dtype(), shape);
 }
 std::vector<py::ssize_t> shape_of(const py::array& a) {
@@ -341,7 +341,7 @@ void call_python(const py::object& backend, const char* method, const py::object
   }
 }
 
-harness::Backend python_backend(std::shared_ptr<py::object> b, const std::string& name) {
+harness::Backend python_backend(const std::shared_ptr<py::object>& b, const std::string& name) {
   harness::Backend out;
   out.name = name;
   bool has_variants = false;
@@ -410,11 +410,11 @@ Op parse_op(const std::string& name) {
 }
 
 // mlarope.fuzz: the fuzzer on a backend of Python callables (one worker: the GIL).
-py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint64_t seed,
-              std::vector<std::string> ops, std::vector<std::string> dtypes,
-              std::vector<std::string> table_dtypes, bool in_place, std::string layouts,
-              bool position_ids, bool seq_offsets, bool packed, bool power_of_two_dims,
-              std::string out, int size, bool quiet) {
+py::dict fuzz(const py::object& backend, double seconds, std::int64_t cases, std::uint64_t seed,
+              const std::vector<std::string>& ops, const std::vector<std::string>& dtypes,
+              const std::vector<std::string>& table_dtypes, bool in_place,
+              const std::string& layouts, bool position_ids, bool seq_offsets, bool packed,
+              bool power_of_two_dims, const std::string& out, int size, bool quiet) {
   harness::FuzzOptions o;
   o.seconds = seconds;
   o.cases = cases;
@@ -484,7 +484,7 @@ py::dict fuzz(py::object backend, double seconds, std::int64_t cases, std::uint6
 }
 
 // mlarope.check: every check on one case directory (a fuzz repro, with its checks.json).
-py::dict check_case(py::object backend, const std::string& dir) {
+py::dict check_case(const py::object& backend, const std::string& dir) {
   const harness::Case c = harness::read_case(dir);
   harness::CheckOptions options;
   const std::string checks_file = dir + "/checks.json";
