@@ -52,9 +52,9 @@ def subprocess_json(script: str, *args: str, env: dict | None = None, timeout: i
     return json.loads(lines[-1])
 
 
-def fuzz_result(result: dict) -> str:
-    """The line a fuzz subprocess prints: what its test reads of mlarope.fuzz's result."""
-    return json.dumps({k: result[k] for k in ("cases", "failing_cases", "seconds", "summary")})
+def fuzz_result(result: dict) -> dict:
+    """What a fuzz subprocess prints (as JSON) of mlarope.fuzz's result for its test."""
+    return {k: result[k] for k in ("cases", "failing_cases", "seconds", "summary")}
 
 
 def ran(summary: str) -> int:

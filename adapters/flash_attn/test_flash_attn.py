@@ -115,7 +115,7 @@ def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
         result = mlarope.fuzz(mt.TritonBackend(adapter), quiet=True, **json.loads(fuzz_args))
     except mlarope.FuzzFailure as failure:
         result = failure.result
-    print(fuzz_result(result))
+    print(json.dumps(fuzz_result(result)))
     return 0
 
 

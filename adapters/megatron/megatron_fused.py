@@ -84,6 +84,7 @@ class MegatronFusedMLA:
         decline_padding: bool | None = None,
         contiguous: bool = False,
         fused=None,
+        decline_head_mask: bool = True,
     ):
         self.device = device
         self.views = device == "cpu"  # the kernels work in the harness's buffers (see above)
@@ -98,6 +99,8 @@ class MegatronFusedMLA:
         self.fused = fused
         self.q_fn, self.kv_fn = q_fn, kv_fn
         self.block_h = None  # the BLOCK_H every kernel runs (mlarope.triton's variant), if set
+        # Finding 3 per BLOCK_H (below): declined unless a replay of that finding asks to run it.
+        self.decline_head_mask = decline_head_mask
         self.rope_utils = megatron_sources.load().rope_utils
         # An illegal memory access leaves the CUDA context unusable: every later call raises the
         # same error. The first such call fails (run with CUDA_LAUNCH_BLOCKING=1, it is the
@@ -110,7 +113,7 @@ class MegatronFusedMLA:
         return [] if self.fused is None else mlarope_triton.kernels_of(self.fused)
 
     def select_config(self, name: str, meta: dict) -> None:
-        self.block_h = meta.get("BLOCK_H")
+        self.block_h = meta.get("BLOCK_H") if self.decline_head_mask else None
 
     def environment(self) -> dict:
         return {"megatron-core": megatron_sources.load().version}
@@ -317,41 +320,14 @@ class MegatronFusedMLA:
         key, value = call.outputs
         if key.size == 0 and value.size == 0:
             return
-        cos, sin = self._tables(call)
-        result = self.kv_fn(
-            self._input(kv, call.dtype),
-            self._input(k_pe, call.dtype),
-            cos,
-            sin,
-            call.emb_dim,
-            call.k_dim,
-            call.v_dim,
-            self._cu(call),
-            call.cp_rank,
-            call.cp_size,
-        )
+        result = self._kv(call, self._input(kv, call.dtype), self._input(k_pe, call.dtype))
         write(key, result[0].cpu().reshape(key.shape), call.dtype)
         write(value, result[1].cpu().reshape(value.shape), call.dtype)
 
-    def kv_split_backward(self, call):
-        return self._guarded(self._kv_split_backward, call)
-
-    def _kv_split_backward(self, call):
-        grad_key, grad_value = call.inputs
-        grad_kv, grad_k_pe = call.outputs
-        if (
-            grad_kv.size == 0 and grad_k_pe.size == 0
-        ):  # with no heads, grad_k_pe is still written (zeros)
-            return
+    def _kv(self, call, kv: torch.Tensor, k_pe: torch.Tensor):
+        """Megatron's kv entry point on (kv, k_pe): (key, value)."""
         cos, sin = self._tables(call)
-        kv = torch.zeros(
-            grad_kv.shape,
-            dtype=to_torch(grad_key, call.dtype).dtype,
-            device=self.device,
-            requires_grad=True,
-        )
-        k_pe = torch.zeros(grad_k_pe.shape, dtype=kv.dtype, device=self.device, requires_grad=True)
-        key, value = self.kv_fn(
+        return self.kv_fn(
             kv,
             k_pe,
             cos,
@@ -363,6 +339,25 @@ class MegatronFusedMLA:
             call.cp_rank,
             call.cp_size,
         )
+
+    def kv_split_backward(self, call):
+        return self._guarded(self._kv_split_backward, call)
+
+    def _kv_split_backward(self, call):
+        grad_key, grad_value = call.inputs
+        grad_kv, grad_k_pe = call.outputs
+        if (
+            grad_kv.size == 0 and grad_k_pe.size == 0
+        ):  # with no heads, grad_k_pe is still written (zeros)
+            return
+        kv = torch.zeros(
+            grad_kv.shape,
+            dtype=to_torch(grad_key, call.dtype).dtype,
+            device=self.device,
+            requires_grad=True,
+        )
+        k_pe = torch.zeros(grad_k_pe.shape, dtype=kv.dtype, device=self.device, requires_grad=True)
+        key, value = self._kv(call, kv, k_pe)
         gk = self._input(grad_key, call.dtype).reshape(key.shape)
         gv = self._input(grad_value, call.dtype).reshape(value.shape)
         d_kv, d_k_pe = torch.autograd.grad((key, value), (kv, k_pe), grad_outputs=(gk, gv))

@@ -122,9 +122,9 @@ def _backend(findings: bool):
     from mlarope import triton as mt
 
     mt.interpreter()
-    adapter = MegatronFusedMLA(device="cpu", decline_padding=not findings)
-    if findings:
-        adapter.select_config = lambda name, meta: None  # BLOCK_H never declines
+    adapter = MegatronFusedMLA(
+        device="cpu", decline_padding=not findings, decline_head_mask=not findings
+    )
     return mt.TritonBackend(adapter)
 
 
@@ -136,9 +136,7 @@ def _fuzz_main(fuzz_args: str) -> int:
         result = mlarope.fuzz(_backend(findings=False), quiet=True, **json.loads(fuzz_args))
     except mlarope.FuzzFailure as failure:
         result = failure.result
-    print(
-        json.dumps({"version": megatron_sources.load().version, **json.loads(fuzz_result(result))})
-    )
+    print(json.dumps({"version": megatron_sources.load().version, **fuzz_result(result)}))
     return 0
 
 

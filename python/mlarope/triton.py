@@ -290,7 +290,7 @@ class TritonBackend:
     def select_variant(self, name: str) -> None:
         """Every autotuned kernel runs its config called ``name``; a kernel without one runs its
         first config (each kernel's configs are listed in the summary's variants)."""
-        if name not in self._variants and name not in ("default",):
+        if name not in self._variants:
             raise ValueError(f"variant {name!r}: not one of {', '.join(self._variants)}")
         for tuner, configs in zip(self._tuners, self._all_configs):
             chosen = [c for c in configs if config_name(c) == name] or configs[:1]
@@ -322,8 +322,7 @@ class TritonBackend:
                 "bf16 under Triton's interpreter: it computes on the raw 16-bit patterns and "
                 "truncates f32 to bf16, which no GPU does",
             )
-        verdict = self.adapter.supports(call) if hasattr(self.adapter, "supports") else True
-        return verdict
+        return self.adapter.supports(call) if hasattr(self.adapter, "supports") else True
 
     def _run(self, method, call) -> None:
         global _deadline
