@@ -456,6 +456,53 @@ int run_model_cost(bool full, double limit) {
   return status;
 }
 
+// The targets a kernel is held to under the timing model: at most `copy_ratio` times a copy of
+// the same bytes, and at least `floor_fraction` of the copy floor (0: none).
+struct ModelTarget {
+  double copy_ratio, floor_fraction;
+};
+ModelTarget model_target(const Shape& shape) {
+  if (shape.model != "dsv3") return {1.25, 0};  // the H = 16 shapes
+  return {1.10, shape.tokens >= 4096 ? 0.85 : 0};
+}
+
+// `--model-table`: for every op and shape of the set, the timing model's H200 prediction of
+// the kernels against a copy of the same bytes, with occupancy, bytes in flight and waves, and
+// whether it meets model_target; a Markdown table on stdout. Exit status 1 when a row misses.
+int run_model_table(bool full) {
+  const DeviceProfile h200 = device_profile("h200");
+  std::printf("| op | shape | model us | copy us | model / copy | floor fraction | blocks/SM "
+              "(limit) | KiB in flight/SM | waves | round trips | target | meets |\n"
+              "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|\n");
+  int missed = 0, rows = 0;
+  for (const Shape& shape : bench_shapes(full)) {
+    Fixture fixture(shape);
+    for (BenchOp op : kOps) {
+      const TimePrediction& p = model_figures(op, shape, fixture).h200;
+      const TimePrediction copy = predict_copy_time(minimum_bytes(op, shape), h200);
+      const ModelTarget target = model_target(shape);
+      const double ratio = p.seconds / copy.seconds;
+      const bool meets = ratio <= target.copy_ratio && p.floor_fraction >= target.floor_fraction;
+      char wanted[64];
+      std::snprintf(wanted, sizeof wanted, "<= %.2fx%s", target.copy_ratio,
+                    target.floor_fraction > 0 ? ", >= 0.85" : "");
+      std::printf(
+          "| %s | %s | %.1f | %.1f | %.2f | %.2f | %d (%s) | %.1f | %.2f | %.1f | %s | %s |\n",
+          to_string(op).c_str(), shape_label(shape).c_str(), p.seconds * 1e6, copy.seconds * 1e6,
+          ratio, p.floor_fraction, p.occupancy.blocks_per_sm, p.occupancy.limit.c_str(),
+          p.bytes_in_flight_per_sm / 1024, p.waves, p.round_trips_per_block, wanted,
+          meets ? "yes" : "**no**");
+      std::fflush(stdout);
+      ++rows;
+      if (!meets) ++missed;
+    }
+  }
+  if (missed > 0)
+    std::fprintf(stderr, "mlarope_bench: %d of %d rows miss the timing model's target\n", missed,
+                 rows);
+  return missed > 0 ? 1 : 0;
+}
+
 harness::Backend bench_backend(const std::string& name) {
   if (name == "host") {
     harness::Backend fast = harness::host_backend(0, harness::HostMode::fast);
@@ -495,6 +542,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (take_flag(argc, argv, "--model-table")) {
+    try {
+      return run_model_table(full);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mlarope_bench: error: %s\n", e.what());
+      return 2;
+    }
+  }
   if (take_flag(argc, argv, "--help-mlarope")) {
     std::printf(
         "mlarope_bench [--full] [--backend=plugin:PATH.so] [Google Benchmark flags]\n"
@@ -512,7 +567,12 @@ int main(int argc, char** argv) {
         "  the checking mode's price: each op and shape (and rope on 70,000 sequences of 2 rows)\n"
         "  once under the host backend's GPU model against the fast mode's median of 5; a "
         "Markdown\n"
-        "  table; exit status 1 when the model takes more than 50 times the fast mode\n");
+        "  table; exit status 1 when the model takes more than 50 times the fast mode\n"
+        "mlarope_bench --model-table [--full]\n"
+        "  the timing model's H200 time of each op and shape against a copy of the same bytes,\n"
+        "  with occupancy, KiB in flight per SM and waves; a Markdown table; exit status 1 when\n"
+        "  a row misses its target (DeepSeek-V3: <= 1.10x the copy, >= 0.85 of the floor at\n"
+        "  T >= 4K; H = 16: <= 1.25x)\n");
     return 0;
   }
   copy_bandwidth();  // measured before the context is written, which names it
