@@ -9,13 +9,15 @@ namespace mlarope::cuda_launch {
 /// Threads per block the kernels are compiled for (LaunchProfile::max_threads of CUDA).
 inline constexpr int kMaxThreadsPerBlock = 128;
 
-/// Register cap of the rope and kv_split_backward kernels (every kernel is a RowRounds body,
-/// whose phase loop keeps more values live). ptxas's own choice for __launch_bounds__(128)
-/// spilled in the f16 instances (the branchy f32 -> f16 rounding), and so did a cap of 72;
-/// at 80 (6 blocks of 128 threads per SM) none of them spills. A higher cap does not help: at
-/// 96 ptxas keeps more in flight and the scalar instances spill 8 bytes. Instances that need
-/// fewer registers use fewer. kv_split_kernel keeps ptxas's own choice: 64 registers, and its
-/// f32 vector instance spills 8 bytes (the cap of 80 made the 16-bit instances spill more).
+/// Registers of a kernel, fixed per kernel (MLAROPE_REGISTER_CAP) rather than left to
+/// ptxas, which under __launch_bounds__(128) alone spilled in several instances. A budget is
+/// an occupancy tier (65,536 registers an SM: up to 80 leave 6 blocks of 128 threads, 96
+/// leave 5, 128 leave 4) traded against the loads a thread keeps in flight: the bodies with
+/// batches of loads (kCopyBatch) need more registers, and the timing model weighs the two
+/// (docs/kernels.md). Each kernel takes the top of the lowest tier at which none of its
+/// instances spills; build/ptxas.txt has what each one uses.
+/// kRegisterCap: the bodies without batches (staged and whole-slice rope).
+inline constexpr int kRegisterCap = 80;
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12040
 #define MLAROPE_REGISTER_CAP(registers) __maxnreg__(registers)
 #else

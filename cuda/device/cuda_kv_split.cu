@@ -11,13 +11,15 @@ namespace {
 using namespace mlarope::kernels;
 using detail::KvVariant;
 
+/// 128 registers (cuda_grid.cuh): the batches of copies (kKvCopyBatch) spill at 104.
 template <class T, int kPairs>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock) kv_split_kernel(const KvSplitKernelArgs a) {
+__global__ void MLAROPE_REGISTER_CAP(128) kv_split_kernel(const KvSplitKernelArgs a) {
   run_phases<RowRounds<KvSplitRows<T, kPairs>>>(a, grid_coord());
 }
 
+/// 96 registers (cuda_grid.cuh): at 80 the batches of copies (kKvCopyBatch) spill.
 template <class T, int kPairs>
-__global__ void MLAROPE_REGISTER_CAP(80)
+__global__ void MLAROPE_REGISTER_CAP(96)
     kv_split_backward_kernel(const KvSplitBackwardKernelArgs a) {
   run_phases<RowRounds<KvSplitBackwardRows<T, kPairs>>>(a, grid_coord());
 }

@@ -11,8 +11,15 @@ namespace {
 using namespace mlarope::kernels;
 using detail::RopeVariant;
 
+/// Registers of a rope kernel (cuda_grid.cuh): kRegisterCap, and 96 for the chunked bodies,
+/// whose batches of 8 copied vectors and 4 rotated chunks spill at 80.
 template <class Work>
-__global__ void MLAROPE_REGISTER_CAP(80) rope_kernel(const RopeKernelArgs a) {
+inline constexpr int kRopeRegisters = kRegisterCap;
+template <class T, int kPairs>
+inline constexpr int kRopeRegisters<RopeChunkedRows<T, kPairs>> = 96;
+
+template <class Work>
+__global__ void MLAROPE_REGISTER_CAP(kRopeRegisters<Work>) rope_kernel(const RopeKernelArgs a) {
   run_phases<RowRounds<Work>>(a, grid_coord());
 }
 

@@ -40,29 +40,31 @@ MLAROPE_HD MLAROPE_INLINE RowPlan checked_plan(const PositionArgs& p, std::int64
   return {0, false};
 }
 
-/// Global tokens before sequence i: cu[i] - cu[0].
-MLAROPE_HD MLAROPE_INLINE std::int64_t global_start(const PositionArgs& p, std::int64_t i) {
-  return static_cast<std::int64_t>(global_load(p.cu_seqlens + i)) - global_load(p.cu_seqlens);
-}
+/// The sequence of a THD row, with the cu_seqlens entries its plan needs.
+struct RowSequence {
+  std::int64_t index;  ///< i: the row's sequence, or N for a padding row
+  std::int64_t first;  ///< cu[0]
+  std::int64_t start;  ///< cu[i]
+};
 
-/// Local start of sequence i: (cu[i] - cu[0]) / cp_size.
-MLAROPE_HD MLAROPE_INLINE std::int64_t local_start(const PositionArgs& p, std::int64_t i) {
-  return quotient(global_start(p, i), p.cp_size);
-}
-
-/// The sequence of THD row r: the largest i in [0, N] with local_start(i) <= r (N: padding),
-/// by binary search; local_start(i) <= r is tested as cu[i] - cu[0] <= r * cp_size.
+/// The sequence of THD row r: the largest i in [0, N] whose local start (cu[i] - cu[0]) /
+/// cp_size is at most r (N: padding), by binary search, tested as cu[i] - cu[0] <= r * cp_size.
+/// Each step reads one entry (cu[0] is read once, before): the steps are a chain of dependent
+/// loads, each a round trip, the longest a THD row waits for.
 /// NOTE: meaningful only where the cu_seqlens gate is open (non-decreasing, lengths divisible
 /// by cp_size); elsewhere it still reads inside the array.
-MLAROPE_HD MLAROPE_INLINE std::int64_t find_sequence(const PositionArgs& p, std::int64_t r) {
+MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::int64_t r) {
   const std::int64_t global_row = r * p.cp_size;
-  std::int64_t lo = 0, hi = p.num_sequences;  // local_start(lo) <= r always (it is 0)
-  while (lo < hi) {
-    const std::int64_t mid = lo + (hi - lo + 1) / 2;
-    if (global_start(p, mid) <= global_row) lo = mid;
+  const std::int64_t first = global_load(p.cu_seqlens);
+  RowSequence found{0, first, first};  // cu[0] - cu[0] <= r always
+  std::int64_t hi = p.num_sequences;
+  while (found.index < hi) {
+    const std::int64_t mid = found.index + (hi - found.index + 1) / 2;
+    const std::int64_t start = global_load(p.cu_seqlens + mid);
+    if (start - first <= global_row) found.index = mid, found.start = start;
     else hi = mid - 1;
   }
-  return lo;
+  return found;
 }
 
 /// Element r of the position_ids array.
@@ -74,14 +76,15 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t position_id(const PositionArgs& p, std::i
 
 /// The plan of THD row r (where the call-level cu_seqlens gate is open).
 MLAROPE_HD MLAROPE_INLINE RowPlan plan_thd_row(const PositionArgs& p, std::int64_t r, bool report) {
-  const std::int64_t i = find_sequence(p, r);
-  if (i >= p.num_sequences) return {0, false};  // padding row
-  const std::int64_t start = global_load(p.cu_seqlens + i);
+  const RowSequence seq = find_sequence(p, r);
+  if (seq.index >= p.num_sequences) return {0, false};  // padding row
   const std::int64_t len =
-      quotient(static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) - start, p.cp_size);
-  std::int64_t freq_row = cp_pos(r - local_start(p, i), len, p.cp_size, p.cp_rank);
-  if (p.freq_mode == FreqMode::packed) freq_row += start;
-  if (p.seq_offsets != nullptr) freq_row += global_load(p.seq_offsets + i);
+      quotient(static_cast<std::int64_t>(global_load(p.cu_seqlens + seq.index + 1)) - seq.start,
+               p.cp_size);
+  const std::int64_t local_start = quotient(seq.start - seq.first, p.cp_size);
+  std::int64_t freq_row = cp_pos(r - local_start, len, p.cp_size, p.cp_rank);
+  if (p.freq_mode == FreqMode::packed) freq_row += seq.start;
+  if (p.seq_offsets != nullptr) freq_row += global_load(p.seq_offsets + seq.index);
   if (p.position_ids != nullptr) freq_row = position_id(p, r);
   return checked_plan(p, freq_row, report);
 }

@@ -18,15 +18,16 @@
 
 namespace mlarope::kernels {
 
-/// key[..., :k] = kv[..., :k] and value = kv[..., k:] for every head of one row.
-template <class T>
+/// key[..., :k] = kv[..., :k] and value = kv[..., k:] for every head of one row, in batches of
+/// kBatch vectors.
+template <class T, int kBatch>
 MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T* kv, T* key,
                                              T* value, const GridCoord& g) {
   const HeadSegments<T> k_part{kv, key, a.kv.head_stride, a.key.head_stride, a.heads, a.k_dim};
-  copy_head_segments<T>(k_part, a.copy_vector, g.thread, g.num_threads);
+  copy_head_segments<T, kBatch>(k_part, a.copy_vector, g.thread, g.num_threads);
   const HeadSegments<T> v_part{kv + a.k_dim,        value,   a.kv.head_stride,
                                a.value.head_stride, a.heads, a.v_dim};
-  copy_head_segments<T>(v_part, a.copy_vector, g.thread, g.num_threads);
+  copy_head_segments<T, kBatch>(v_part, a.copy_vector, g.thread, g.num_threads);
 }
 
 #if !defined(__CUDA_ARCH__)
@@ -74,6 +75,12 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
 }
 #endif
 
+/// Vectors a thread of kv_split and kv_split_backward copies per batch: twice kCopyBatch on
+/// the vector paths, whose kernels have the registers for it (cuda_kv_split.cu), kCopyBatch on
+/// the scalar ones.
+template <int kPairs>
+inline constexpr int kKvCopyBatch = kPairs == 1 ? kCopyBatch : 2 * kCopyBatch;
+
 /// kv_split (a RowRounds work). kPairs == kVectorPairs<T>: vector accesses on the rope
 /// slices; 1: scalar.
 template <class T, int kPairs>
@@ -91,7 +98,7 @@ struct KvSplitRows : RowsOfBlock<KvSplitKernelArgs> {
     const T* k_pe = row_pointer<T>(a.k_pe, row, p.batch);
     T* key = row_pointer<T>(a.key, row, p.batch);
     T* value = row_pointer<T>(a.value, row, p.batch);
-    copy_kv_parts(a, kv, key, value, g);
+    copy_kv_parts<T, kKvCopyBatch<kPairs>>(a, kv, key, value, g);
     if (!plan.rotate) {  // pass through: k_pe unrotated into every key head
       const HeadSegments<T> unrotated{k_pe,    key + a.k_dim, 0, a.key.head_stride,
                                       a.heads, a.emb_dim};
@@ -111,18 +118,19 @@ struct KvSplitRows : RowsOfBlock<KvSplitKernelArgs> {
   }
 };
 
-/// grad_kv[..., :k] = grad_key[..., :k] and grad_kv[..., k:] = grad_value for one row.
-template <class T>
+/// grad_kv[..., :k] = grad_key[..., :k] and grad_kv[..., k:] = grad_value for one row, in
+/// batches of kBatch vectors.
+template <class T, int kBatch>
 MLAROPE_HD MLAROPE_INLINE void copy_grad_kv_parts(const KvSplitBackwardKernelArgs& a,
                                                   const T* grad_key, const T* grad_value,
                                                   T* grad_kv, const GridCoord& g) {
   const HeadSegments<T> k_part{grad_key, grad_kv, a.grad_key.head_stride, a.grad_kv.head_stride,
                                a.heads,  a.k_dim};
-  copy_head_segments<T>(k_part, a.copy_vector, g.thread, g.num_threads);
+  copy_head_segments<T, kBatch>(k_part, a.copy_vector, g.thread, g.num_threads);
   const HeadSegments<T> v_part{
       grad_value, grad_kv + a.k_dim, a.grad_value.head_stride, a.grad_kv.head_stride, a.heads,
       a.v_dim};
-  copy_head_segments<T>(v_part, a.copy_vector, g.thread, g.num_threads);
+  copy_head_segments<T, kBatch>(v_part, a.copy_vector, g.thread, g.num_threads);
 }
 
 /// sum += x, pair by pair (the head sums' one addition, in f32).
@@ -208,8 +216,9 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
     const std::int64_t row = row_of(a, g, round);
     const std::int64_t groups = kv_sum_groups(a.heads, chunks(a));
     const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
-    copy_grad_kv_parts(a, grad_key, row_pointer<T>(a.grad_value, row, p.batch),
-                       row_pointer<T>(a.grad_kv, row, p.batch), g);
+    copy_grad_kv_parts<T, kKvCopyBatch<kPairs>>(a, grad_key,
+                                                row_pointer<T>(a.grad_value, row, p.batch),
+                                                row_pointer<T>(a.grad_kv, row, p.batch), g);
     if (groups > 1) stage_partial_sums(a, g, grad_key, groups, s);
   }
 

@@ -111,6 +111,44 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> load_pairs(const T* slice, PairLayou
   return c;
 }
 
+/// Pairs first .. first + kPairs - 1 of `slice` (a vector chunk: kPairs == kVectorPairs<T>) as
+/// the raw bits loaded, the u run then the v run for the half layout: what a batch of loads
+/// holds while it is in flight, in half the registers of a PairChunk for 16-bit types.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE RawVector<16> load_pair_bits(const T* slice, PairLayout layout,
+                                                       std::int64_t half_dim, std::int64_t first) {
+  static_assert(kPairs == kVectorPairs<T>, "vector chunks only");
+  if (layout == PairLayout::half) {
+    const RawVector<8> u = load_raw<8>(slice + first);
+    const RawVector<8> v = load_raw<8>(slice + half_dim + first);
+    return {{u.words[0], u.words[1], v.words[0], v.words[1]}};
+  }
+  return load_raw<16>(slice + 2 * first);
+}
+
+/// The pairs of bits load_pair_bits read in `layout`, as floats.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> pairs_of_bits(const RawVector<16>& bits,
+                                                          PairLayout layout) {
+  // Two loops, so that every element's place is a constant: an index chosen at run time
+  // would put `bits` in local memory.
+  PairChunk<kPairs> c;
+  if (layout == PairLayout::half) {
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) {
+      c.u[j] = piece_element<T, 16>(bits, j);
+      c.v[j] = piece_element<T, 16>(bits, kPairs + j);
+    }
+  } else {
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) {
+      c.u[j] = piece_element<T, 16>(bits, 2 * j);
+      c.v[j] = piece_element<T, 16>(bits, 2 * j + 1);
+    }
+  }
+  return c;
+}
+
 /// Store pairs first .. first + kPairs - 1 into `slice` in `layout`, rounded to T.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE void store_pairs(T* slice, PairLayout layout, std::int64_t half_dim,

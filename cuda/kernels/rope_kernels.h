@@ -32,7 +32,12 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t head_groups(std::int64_t chunks, std::int
   return groups < 1 ? 1 : groups;
 }
 
+/// Heads whose chunk a thread of the vector paths loads before it stores any (as kCopyBatch).
+inline constexpr int kRotateBatch = 4;
+
 /// Rotate pairs first .. first + kPairs - 1 of heads group, group + groups, ... of one row.
+/// Vector chunks go in batches of kRotateBatch heads, each batch loaded whole, then rotated
+/// and stored: in place the batch's stores go only where its own loads read.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE void rotate_chunk_of_heads(const RopeKernelArgs& a, const T* in_slices,
                                                      T* out_slices, std::int64_t freq_row,
@@ -41,11 +46,31 @@ MLAROPE_HD MLAROPE_INLINE void rotate_chunk_of_heads(const RopeKernelArgs& a, co
   const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;
   const PairCoefficients<kPairs> k = load_coefficients<kPairs>(r, freq_row, half_dim, first);
-  for (std::int64_t h = group; h < a.heads; h += groups) {
-    const PairChunk<kPairs> x =
-        load_pairs<T, kPairs>(in_slices + h * a.in.head_stride, r.read_layout, half_dim, first);
-    store_pairs<T, kPairs>(out_slices + h * a.out.head_stride, r.write_layout, half_dim, first,
-                           rotate(x, k));
+  if constexpr (kPairs == kVectorPairs<T>) {
+    for (std::int64_t h = group; h < a.heads; h += kRotateBatch * groups) {
+      RawVector<16> batch[kRotateBatch] = {};
+      MLAROPE_UNROLL
+      for (int j = 0; j < kRotateBatch; ++j) {
+        const std::int64_t head = h + j * groups;
+        if (head >= a.heads) break;
+        batch[j] = load_pair_bits<T, kPairs>(in_slices + head * a.in.head_stride, r.read_layout,
+                                             half_dim, first);
+      }
+      MLAROPE_UNROLL
+      for (int j = 0; j < kRotateBatch; ++j) {
+        const std::int64_t head = h + j * groups;
+        if (head >= a.heads) break;
+        store_pairs<T, kPairs>(out_slices + head * a.out.head_stride, r.write_layout, half_dim,
+                               first, rotate(pairs_of_bits<T, kPairs>(batch[j], r.read_layout), k));
+      }
+    }
+  } else {
+    for (std::int64_t h = group; h < a.heads; h += groups) {
+      const PairChunk<kPairs> x =
+          load_pairs<T, kPairs>(in_slices + h * a.in.head_stride, r.read_layout, half_dim, first);
+      store_pairs<T, kPairs>(out_slices + h * a.out.head_stride, r.write_layout, half_dim, first,
+                             rotate(x, k));
+    }
   }
 }
 
@@ -148,8 +173,9 @@ struct RopeChunkedRows : RowsOfBlock<RopeKernelArgs> {
       return;
     }
     if (!a.in_place)
-      copy_head_segments<T>({in, out, a.in.head_stride, a.out.head_stride, a.heads, a.nope_dim},
-                            a.copy_vector, g.thread, g.num_threads);
+      copy_head_segments<T, kPairs == 1 ? kCopyBatch : 2 * kCopyBatch>(
+          {in, out, a.in.head_stride, a.out.head_stride, a.heads, a.nope_dim}, a.copy_vector,
+          g.thread, g.num_threads);
     for (std::int64_t item = g.thread; item < items; item += g.num_threads) {
       const std::int64_t group = quotient(item, chunks);
       const std::int64_t first = (item - group * chunks) * kPairs;
