@@ -1,24 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fits the timing model's fitted constants of a device profile (the latencies, the load
-// factor, the overheads, the density exponent, the phase tail, the shared-memory carveout) to
-// the measured calibration rows, minimising the largest relative error over the rows' times
-// and copies, then the median: for each carveout the driver can configure on sm_90, a seeded
-// random search over plausible ranges, then a coordinate descent from the best point. Prints
-// the fit and every row; with --write, replaces the constants in the profile file (its other
-// fields, and the file's layout, are kept).
+// Fits the timing model's fitted constants of a device profile (bench/timing_fit.h) to the
+// measured calibration rows and, with --sweep, to a memory sweep a device ran
+// (bench/memory_sweep.cu, ci/gpu-check.sh): the largest relative error over every prediction,
+// then the median. Prints the fit, every row and the sweep's worst points; with --write,
+// replaces the constants in the profile file (its other fields, and the file's layout, are
+// kept).
 //
-//   fit_timing_model [--devices DIR] [--carveout KIB] [--write]
-//     DIR: cuda/host/devices of the source tree; --carveout: fit with this carveout only
+//   fit_timing_model [--devices DIR] [--carveout KIB] [--sweep FILE] [--write]
+//     DIR: cuda/host/devices of the source tree; --carveout: fit with this carveout only;
+//     --sweep: memory_sweep's JSON, fitted together with the rows
 //   fit_timing_model --record [--devices DIR]
 //     run this build's kernels under the GPU model and record their figures in the calibration
 //     rows: only while the kernels are the ones the rows measured
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -26,62 +26,13 @@
 
 #include "mlarope/timing.h"
 #include "timing_calibration.h"
+#include "timing_fit.h"
+#include "timing_sweep.h"
 
 using namespace mlarope;
 using namespace mlarope::bench;
 
 namespace {
-
-// The objective: the largest error first, the median to break ties.
-double score(const std::vector<CalibrationRow>& rows, const DeviceProfile& d) {
-  const CalibrationErrors e = calibration_errors(rows, d);
-  return e.largest + 1e-3 * e.median;
-}
-
-// A fitted constant and its plausible range (the search's; the descent stays inside it).
-struct Parameter {
-  const char* name;
-  double DeviceProfile::*field;
-  double lo, hi;
-};
-
-const Parameter kParameters[] = {
-    {"dram_latency", &DeviceProfile::dram_latency, 300e-9, 1200e-9},  // idle HBM: about 550 ns
-    {"latency_load_factor", &DeviceProfile::latency_load_factor, 0.0, 3.0},
-    {"l2_latency", &DeviceProfile::l2_latency, 50e-9, 500e-9},
-    {"launch_overhead", &DeviceProfile::launch_overhead, 1e-6, 10e-6},
-    {"copy_overhead", &DeviceProfile::copy_overhead, 1e-6, 10e-6},
-    {"dram_density_exponent", &DeviceProfile::dram_density_exponent, 0.0, 2.5},
-    {"phase_tail", &DeviceProfile::phase_tail, 0.0, 4e-6},
-};
-
-// A random point of the ranges (log-uniform for the latencies, uniform for the rest).
-DeviceProfile random_point(DeviceProfile d, std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(0, 1);
-  for (const Parameter& p : kParameters) {
-    const bool log_scale = p.lo > 0 && p.hi / p.lo > 5;
-    d.*p.field = log_scale ? p.lo * std::pow(p.hi / p.lo, u(rng)) : p.lo + (p.hi - p.lo) * u(rng);
-  }
-  return d;
-}
-
-// Coordinate descent with shrinking steps from `d`.
-DeviceProfile descend(const std::vector<CalibrationRow>& rows, DeviceProfile d) {
-  double best = score(rows, d);
-  for (double step = 0.25; step > 1e-4; step /= 2)
-    for (bool improved = true; improved;) {
-      improved = false;
-      for (const Parameter& p : kParameters)
-        for (const double direction : {1.0, -1.0}) {
-          DeviceProfile t = d;
-          const double scale = d.*p.field != 0 ? d.*p.field : (p.hi - p.lo) / 4;
-          t.*p.field = std::min(p.hi, std::max(p.lo, d.*p.field + direction * step * scale));
-          const double s = score(rows, t);
-          if (s < best - 1e-12) best = s, d = t, improved = true;
-        }
-    }
-  return d;
-}
 
 std::string g(double x) {
   char buf[32];
@@ -92,19 +43,20 @@ std::string g(double x) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string devices = std::string(MLAROPE_SOURCE_DIR) + "/cuda/host/devices";
+  std::string devices = std::string(MLAROPE_SOURCE_DIR) + "/cuda/host/devices", sweep_file;
   bool write = false, record = false;
-  std::vector<int> carveouts = {8, 16, 32, 64, 100, 132, 164, 196, 228};  // sm_90's, KiB
+  FitOptions options;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--write")) write = true;
     else if (!std::strcmp(argv[i], "--record")) record = true;
     else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) devices = argv[++i];
+    else if (!std::strcmp(argv[i], "--sweep") && i + 1 < argc) sweep_file = argv[++i];
     else if (!std::strcmp(argv[i], "--carveout") && i + 1 < argc)
-      carveouts = {std::atoi(argv[++i])};
+      options.carveouts_kib = {std::atoi(argv[++i])};
     else {
-      std::fprintf(
-          stderr,
-          "usage: fit_timing_model [--devices DIR] [--carveout KIB] [--write] | --record\n");
+      std::fprintf(stderr,
+                   "usage: fit_timing_model [--devices DIR] [--carveout KIB] [--sweep FILE] "
+                   "[--write] | --record\n");
       return 2;
     }
   }
@@ -117,24 +69,16 @@ int main(int argc, char** argv) {
       return 0;
     }
     const std::vector<CalibrationRow> rows = calibration_rows(devices);
-    const DeviceProfile start = device_profile("h200");
-    DeviceProfile best = start;
-    double best_score = score(rows, start);
-    std::mt19937 rng(20261205);
-    for (const int kib : carveouts) {
-      DeviceProfile best_here = start;
-      best_here.shared_carveout_bytes = kib * 1024;
-      double here = score(rows, best_here);
-      for (int i = 0; i < 20000; ++i) {
-        const DeviceProfile d = random_point(best_here, rng);
-        const double s = score(rows, d);
-        if (s < here) here = s, best_here = d;
-      }
-      best_here = descend(rows, best_here);
-      if (score(rows, best_here) < best_score)
-        best_score = score(rows, best_here), best = best_here;
+    std::vector<SweepPoint> sweep;
+    if (!sweep_file.empty()) {
+      std::ifstream in(sweep_file);
+      if (!in) throw std::runtime_error(sweep_file + ": cannot read");
+      std::stringstream text;
+      text << in.rdbuf();
+      sweep = parse_sweep(text.str());
     }
-    const CalibrationErrors e = calibration_errors(rows, best);
+    const DeviceProfile best = fit_device_profile(rows, sweep, device_profile("h200"), options);
+    const FitErrors e = fit_errors(rows, sweep, best);
     std::printf(
         "fit: shared_carveout_bytes %d, dram_latency %s s, latency_load_factor %s, l2_latency %s "
         "s, "
@@ -151,6 +95,38 @@ int main(int argc, char** argv) {
                   100 * (predict_time(rows[i].stats, rows[i].kernel, best, rows[i].bytes).seconds /
                              rows[i].seconds -
                          1));
+    if (!sweep.empty()) {  // the model's occupancy rule against the driver's, per point
+      DeviceProfile largest_carveout = best;  // what memory_sweep asks for
+      largest_carveout.shared_carveout_bytes = best.shared_bytes_per_sm;
+      int agree = 0;
+      for (const SweepPoint& p : sweep) {
+        const Occupancy o = occupancy(largest_carveout, p.threads, p.registers, p.shared_bytes);
+        if (o.blocks_per_sm == p.blocks_per_sm) ++agree;
+        else
+          std::printf("occupancy: %d registers, %lld bytes of shared memory: the driver %d "
+                      "blocks/SM, the model %d (%s)\n",
+                      p.registers, static_cast<long long>(p.shared_bytes), p.blocks_per_sm,
+                      o.blocks_per_sm, o.limit.c_str());
+      }
+      std::printf("occupancy: the model agrees with the driver on %d of %zu sweep points\n", agree,
+                  sweep.size());
+    }
+    if (!sweep.empty()) {  // the sweep's five worst points
+      std::vector<std::size_t> order(sweep.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(),
+                [&](std::size_t a, std::size_t b) { return e.sweep[a] > e.sweep[b]; });
+      std::printf("sweep: %zu points; the worst:\n", sweep.size());
+      for (std::size_t k = 0; k < std::min<std::size_t>(5, order.size()); ++k) {
+        const SweepPoint& p = sweep[order[k]];
+        std::printf("  %-8s run %4lld / %4lld, %d loads, %d blocks/SM: measured %8.1f us, "
+                    "predicted %8.1f us (%+.1f%%)\n",
+                    p.in_place ? "in place" : "copy", static_cast<long long>(p.run),
+                    static_cast<long long>(p.stride), p.loads, p.blocks_per_sm, p.seconds * 1e6,
+                    predict_sweep_seconds(p, best) * 1e6,
+                    100 * (predict_sweep_seconds(p, best) / p.seconds - 1));
+      }
+    }
     if (write) {
       const std::string path = devices + "/h200.json";
       std::ifstream in(path);

@@ -15,6 +15,9 @@ only in .gpu-deps/prefix (bash ci/gpu-deps.sh makes it), then runs, each step un
   device            nvidia-smi, and one example case on the CUDA backend
   ctest             every CTest test; the CUDA instances must run (none may skip for want of a device)
   cuda-bench        cuda_bench --graph (smoke set, short), with the copy-floor counters
+  sweep             memory_sweep (occupancy x loads in flight x copy and in-place patterns) and
+                    fit_timing_model --sweep: the timing model's constants refitted (printed)
+  ncu               Nsight Compute on in-place and out-of-place rope (DeepSeek-V3 bf16, T = 1K)
   megatron-fused    megatron-core's fused MLA Triton kernels fuzzed through adapters/megatron
                     (the Python module built for the device's python3; needs torch and triton)
   properties        the property binaries again with MLAROPE_BACKEND=cuda
@@ -92,6 +95,10 @@ run_step ctest 240 step_ctest
 # What only a device measures come next, so that a short lease still gets them:
 # The CUDA benchmarks, graph mode, smoke set.
 device_step cuda-bench 120 step_cuda_bench
+# The timing model's memory sweep and the refit it allows.
+device_step sweep 90 step_sweep
+# Nsight Compute on in-place and out-of-place rope.
+device_step ncu 90 step_ncu
 # Megatron's fused MLA Triton kernels, fuzzed through the adapter (findings: their repro dirs).
 device_step megatron-fused $((fuzz_seconds + 150)) step_megatron_fused
 # The property binaries with MLAROPE_BACKEND=cuda (host in a dry run, a quarter of the cases).

@@ -306,6 +306,33 @@ step_cuda_bench() {
   echo "cuda-bench (graph): $(grep -c . <<<"$fractions") ops, floor_fraction $(head -n 1 <<<"$fractions")..$(tail -n 1 <<<"$fractions")"
 }
 
+# The timing model's memory sweep (bench/memory_sweep.cpp: occupancy x loads in flight x the
+# copy and in-place patterns), then the fit of the profile's constants to the calibration rows
+# and the sweep together (printed, not written: cuda/host/devices/h200.json changes by hand,
+# with `fit_timing_model --sweep sweep.json --write`).
+step_sweep() {
+  "$build/memory_sweep" --out "$logs/sweep.json" || return 1
+  [ -s "$logs/sweep.json" ] || fail "sweep: memory_sweep wrote no sweep.json" || return 1
+  "$build/bench/fit_timing_model" --sweep "$logs/sweep.json" || return 1
+}
+
+# Nsight Compute on the slowest op (in-place rope) and on out-of-place rope, DeepSeek-V3 bf16
+# T = 1K: achieved occupancy, DRAM throughput and the warps' stall reasons of one launch each.
+step_ncu() {
+  local ncu op
+  ncu=$(find_tool ncu) || fail "ncu not on PATH, in /usr/local/cuda/bin or in \$CUDA_HOME/bin" || return 1
+  for op in rope_inplace rope; do
+    "$ncu" --kernel-name regex:rope_kernel --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section MemoryWorkloadAnalysis \
+      "$build/cuda_bench" --benchmark_filter="^$op/cuda/dsv3/sbhd/T1024/bf16" \
+      --benchmark_min_time=0.001 >"$logs/ncu-$op.txt" 2>&1 ||
+      fail "ncu on $op failed: $(tail -n 3 "$logs/ncu-$op.txt")" || return 1
+    grep -E 'DRAM Throughput|Achieved Occupancy|Duration' "$logs/ncu-$op.txt" | head -n 3
+  done
+  echo "ncu: ncu-rope_inplace.txt and ncu-rope.txt (occupancy, DRAM throughput, stall reasons)"
+}
+
 # The Markdown and HTML report over the fuzz and benchmark JSON this run wrote.
 step_report() {
   local inputs=()
@@ -320,5 +347,6 @@ step_report() {
 
 export -f find_tool fail gtest_count all_must_pass sanitizer_cases phased_kernel_sources step_configure \
   step_build step_device step_ctest step_properties step_fuzz step_megatron_cases step_graph_replay \
-  step_sanitize step_shared_memory step_cuda_bench step_megatron_fused step_report
+  step_sanitize step_shared_memory step_cuda_bench step_megatron_fused step_report step_sweep \
+  step_ncu
 export build out logs jobs dry_run fuzz_seconds MLAROPE_CASES_DIR
