@@ -146,7 +146,9 @@ std::vector<std::unique_ptr<Fixture>>& fixtures_for(const Shape& shape, int sets
 // minimum, and the time on an H200. Computed once per (op, shape).
 struct ModelFigures {
   double sector_efficiency = 0, dram_fraction = 0;
-  TimePrediction h200;  ///< summed over the op's launches (one, for every op here)
+  TimePrediction h200;                   ///< summed over the op's launches (one, for every op here)
+  std::string cuda_kernel;               ///< the CUDA kernel of the (last) launch
+  std::int64_t largest_batch_bytes = 0;  ///< over the launches' threads
 };
 
 const ModelFigures& model_figures(BenchOp op, const Shape& shape, Fixture& fixture) {
@@ -161,6 +163,8 @@ const ModelFigures& model_figures(BenchOp op, const Shape& shape, Fixture& fixtu
   ModelLaunchStats total;
   ModelFigures f;
   for (const ModelLaunchStats& s : model.take_model_stats()) {
+    f.cuda_kernel = cuda_kernel_of(s.kernel);
+    f.largest_batch_bytes = std::max(f.largest_batch_bytes, s.largest_batch_bytes);
     total.useful_bytes += s.useful_bytes;
     total.warp_sector_bytes += s.warp_sector_bytes;
     const TimePrediction p = predict_time(s, resource_of(s.kernel, built_kernel_resources()), h200,
@@ -469,8 +473,9 @@ ModelTarget model_target(const Shape& shape) {
 // `--model-table`: for every op and shape of the set, the timing model's H200 prediction of
 // the kernels against a copy of the same bytes, with occupancy, bytes in flight and waves, and
 // whether it meets model_target; a Markdown table on stdout. Exit status 1 when a row misses.
-int run_model_table(bool full) {
+int run_model_table(bool full, const std::string& json_path) {
   const DeviceProfile h200 = device_profile("h200");
+  std::string json = "[";
   std::printf("| op | shape | model us | copy us | model / copy | floor fraction | blocks/SM "
               "(limit) | KiB in flight/SM | waves | round trips | target | meets |\n"
               "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|\n");
@@ -478,7 +483,8 @@ int run_model_table(bool full) {
   for (const Shape& shape : bench_shapes(full)) {
     Fixture fixture(shape);
     for (BenchOp op : kOps) {
-      const TimePrediction& p = model_figures(op, shape, fixture).h200;
+      const ModelFigures& f = model_figures(op, shape, fixture);
+      const TimePrediction& p = f.h200;
       const TimePrediction copy = predict_copy_time(minimum_bytes(op, shape), h200);
       const ModelTarget target = model_target(shape);
       const double ratio = p.seconds / copy.seconds;
@@ -493,9 +499,26 @@ int run_model_table(bool full) {
           p.bytes_in_flight_per_sm / 1024, p.waves, p.round_trips_per_block, wanted,
           meets ? "yes" : "**no**");
       std::fflush(stdout);
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "%s\n {\"op\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
+                    "\"model_us\": %.3f, \"copy_us\": %.3f, \"floor_fraction\": %.4f, "
+                    "\"blocks_per_sm\": %d, \"KiB_in_flight_per_sm\": %.2f, \"waves\": %.3f, "
+                    "\"round_trips\": %.2f, \"largest_batch_bytes\": %lld, \"meets\": %s}",
+                    rows > 0 ? "," : "", to_string(op).c_str(), shape_label(shape).c_str(),
+                    f.cuda_kernel.c_str(), p.seconds * 1e6, copy.seconds * 1e6, p.floor_fraction,
+                    p.occupancy.blocks_per_sm, p.bytes_in_flight_per_sm / 1024, p.waves,
+                    p.round_trips_per_block, static_cast<long long>(f.largest_batch_bytes),
+                    meets ? "true" : "false");
+      json += line;
       ++rows;
       if (!meets) ++missed;
     }
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << json << "\n]\n";
+    if (!out) throw Error(json_path + ": cannot write");
   }
   if (missed > 0)
     std::fprintf(stderr, "mlarope_bench: %d of %d rows miss the timing model's target\n", missed,
@@ -544,7 +567,7 @@ int main(int argc, char** argv) {
   }
   if (take_flag(argc, argv, "--model-table")) {
     try {
-      return run_model_table(full);
+      return run_model_table(full, take_value(argc, argv, "--json"));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mlarope_bench: error: %s\n", e.what());
       return 2;
@@ -568,9 +591,10 @@ int main(int argc, char** argv) {
         "  once under the host backend's GPU model against the fast mode's median of 5; a "
         "Markdown\n"
         "  table; exit status 1 when the model takes more than 50 times the fast mode\n"
-        "mlarope_bench --model-table [--full]\n"
+        "mlarope_bench --model-table [--full] [--json=FILE]\n"
         "  the timing model's H200 time of each op and shape against a copy of the same bytes,\n"
-        "  with occupancy, KiB in flight per SM and waves; a Markdown table; exit status 1 when\n"
+        "  with occupancy, KiB in flight per SM and waves; a Markdown table (and with --json the\n"
+        "  rows, each with its CUDA kernel and largest batch of loads); exit status 1 when\n"
         "  a row misses its target (DeepSeek-V3: <= 1.10x the copy, >= 0.85 of the floor at\n"
         "  T >= 4K; H = 16: <= 1.25x)\n");
     return 0;

@@ -156,11 +156,14 @@ def history(mlarope, bench, work):
         "skipped broken.json: not valid JSON" in out,
         "history: the corrupt entry is named and skipped",
     )
-    # A run the gate finds SLOWER (the host keys at half their floor fraction): flagged points.
+    # A run the gate finds SLOWER (the host keys at a quarter of their floor fraction):
+    # flagged points. A quarter, not a half: with other tests loading the machine, one run's
+    # repetitions can differ by 2x, and the history's flags, not the gate's power (stats_test,
+    # slowed_kernel_gate_test), are what this checks.
     slow = json.load(open(bench))
     for b in slow["benchmarks"]:
         if "/host/" in b["name"] and "floor_fraction" in b:
-            b["floor_fraction"] *= 0.5
+            b["floor_fraction"] *= 0.25
     json.dump(slow, open(os.path.join(work, "slow.json"), "w"))
     code, out = run(
         [
@@ -177,7 +180,7 @@ def history(mlarope, bench, work):
             "c0ffee5",
         ]
     )
-    check(code == 1, f"history: the gate fails the halved run ({code})")
+    check(code == 1, f"history: the gate fails the slowed run ({code})")
     flagged = json.load(open(os.path.join(folder, "c0ffee5.json")))["flagged"]
     check(
         len(flagged) > 0 and all("/host/" in k for k in flagged),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages mlarope builds with, if any is missing, and fetch the JUnit schema
-# the output-format test validates against (once, into a cache). Idempotent.
+# the output-format test validates against and the CUDA binary tools the SASS check reads the
+# kernels with (once each, into a cache). Idempotent.
 set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev librapidcheck-dev libgtest-dev libgmock-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev
@@ -20,3 +21,4 @@ else
   echo "setup: all packages present"
 fi
 bash "$(dirname "$0")/fetch-junit-schema.sh" >/dev/null
+bash "$(dirname "$0")/fetch-cuda-tools.sh" >/dev/null  # cuobjdump, nvdisasm: the SASS check

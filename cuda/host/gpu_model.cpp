@@ -17,6 +17,8 @@ bool observe(Recorder& recorder, const void* address, int bytes, Access access) 
   return recorder.observe(address, bytes, access);
 }
 
+void end_load_batch(Recorder& recorder) { recorder.end_load_batch(); }
+
 namespace {
 
 constexpr int kWarp = 32;
@@ -286,8 +288,10 @@ void Recorder::count(std::uintptr_t address, int bytes, Access access, bool inde
     ++thread_trips_.index;
     ++index_loads_;
   } else {
-    if (!batch_open_) batch_open_ = true, ++thread_trips_.data, ++load_batches_;
+    if (!batch_open_) batch_open_ = true, batch_bytes_ = 0, ++thread_trips_.data, ++load_batches_;
     loaded_bytes_ += bytes;
+    batch_bytes_ += bytes;
+    largest_batch_bytes_ = std::max(largest_batch_bytes_, batch_bytes_);
   }
   const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
   if (coalescing_block_)
@@ -414,6 +418,7 @@ LaunchStats Recorder::stats() const {
   s.load_phases = launch_trips_.phases;
   s.load_batches = load_batches_;
   s.loaded_bytes = loaded_bytes_;
+  s.largest_batch_bytes = largest_batch_bytes_;
   s.stored_bytes = stored_bytes_;
   s.dram_chunks = chunks_;
   s.index_loads = index_loads_;

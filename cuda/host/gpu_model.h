@@ -60,6 +60,9 @@ class Recorder final : public host::ThreadObserver {
   static constexpr std::int64_t kCoalescingStride = 4;
   /// Check and count one access; false when it must not be made (out of bounds).
   bool observe(const void* address, int bytes, Access access);
+  /// The running thread's loads so far are waited for before any that follow (a body's
+  /// MLAROPE_END_LOAD_BATCH): its next load opens a new batch.
+  void end_load_batch() { batch_open_ = false; }
 
   /// The findings (the first few, each naming kernel, block, thread, address and size).
   const std::vector<std::string>& findings() const { return findings_; }
@@ -164,11 +167,12 @@ class Recorder final : public host::ThreadObserver {
   // Round trips: the current thread's in this phase, the most of any thread of this phase,
   // the current block's over its finished phases, and the finished blocks' total.
   bool batch_open_ = false;
+  std::int64_t batch_bytes_ = 0;  ///< of the open batch
   RoundTrips thread_trips_, phase_trips_, block_trips_, launch_trips_;
   std::int64_t block_ = -1;  ///< the block running (-1: none yet)
   bool block_accessed_ = false;
   std::int64_t blocks_observed_ = 0, blocks_run_ = 0, load_batches_ = 0, loaded_bytes_ = 0,
-               stored_bytes_ = 0;
+               largest_batch_bytes_ = 0, stored_bytes_ = 0;
   std::vector<std::string> findings_;
 };
 

@@ -166,16 +166,45 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> zero_pairs() {
   return z;
 }
 
+/// Heads of a group whose chunks a thread of the vector paths loads before it adds any: the
+/// loads of a batch are in flight together, and the sum waits for each batch before the next.
+inline constexpr int kSumBatch = 8;
+
 /// Group `group`'s partial sum of pairs first .. first + kPairs - 1 of the key rope slices:
-/// heads group, group + groups, ... in order, in f32.
+/// heads group, group + groups, ... in order, in f32 (in batches of kSumBatch heads on the
+/// vector paths; the order of the additions is the same).
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> group_sum(const KvSplitBackwardKernelArgs& a,
                                                       const T* grad_key, std::int64_t first,
                                                       std::int64_t group, std::int64_t groups) {
+  const PairLayout layout = a.rotation.read_layout;
+  const std::int64_t half_dim = a.emb_dim / 2;
+  const T* slices = grad_key + a.k_dim;
   PairChunk<kPairs> sum = zero_pairs<kPairs>();
-  for (std::int64_t h = group; h < a.heads; h += groups) {
-    add_pairs(sum, load_pairs<T, kPairs>(grad_key + h * a.grad_key.head_stride + a.k_dim,
-                                         a.rotation.read_layout, a.emb_dim / 2, first));
+  if constexpr (kPairs == kVectorPairs<T>) {
+    for (std::int64_t h = group; h < a.heads; h += kSumBatch * groups) {
+      RawVector<16> batch[kSumBatch] = {};
+      MLAROPE_UNROLL
+      for (int j = 0; j < kSumBatch; ++j) {
+        const std::int64_t head = h + j * groups;
+        if (head >= a.heads) break;
+        const T* slice = slices + head * a.grad_key.head_stride;
+        // SASS batch: kSumBatch (ci/sass_batches.py: loaded in one run)
+        batch[j] = load_pair_bits<T, kPairs>(slice, layout, half_dim, first);
+      }
+      MLAROPE_UNROLL
+      for (int j = 0; j < kSumBatch; ++j) {
+        if (h + j * groups >= a.heads) break;
+        add_pairs(sum, pairs_of_bits<T, kPairs>(batch[j], layout));
+      }
+      MLAROPE_END_LOAD_BATCH();
+    }
+  } else {
+    for (std::int64_t h = group; h < a.heads; h += groups) {
+      add_pairs(sum, load_pairs<T, kPairs>(slices + h * a.grad_key.head_stride, layout, half_dim,
+                                           first));
+      MLAROPE_END_LOAD_BATCH();
+    }
   }
   return sum;
 }

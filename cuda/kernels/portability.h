@@ -60,16 +60,27 @@ class Recorder;
 extern __thread Recorder* t_recorder;
 /// Show one access to the model; false: the model refused it (it is not made).
 bool observe(Recorder& recorder, const void* address, int bytes, Access access);
+/// The thread's loads so far are waited for before any that follow.
+void end_load_batch(Recorder& recorder);
 }  // namespace gpu_model
 #define MLAROPE_OBSERVE(address, bytes, access)                                                  \
   (::mlarope::kernels::gpu_model::t_recorder == nullptr ||                                       \
    ::mlarope::kernels::gpu_model::observe(*::mlarope::kernels::gpu_model::t_recorder, (address), \
                                           (bytes), (access)))
+/// Where a body's loads stop being in flight together though no store follows them: a loop
+/// that uses each batch it loaded before it loads the next (the compiled code waits there).
+/// The GPU model closes the thread's batch; on the device it is nothing.
+#define MLAROPE_END_LOAD_BATCH()                        \
+  (::mlarope::kernels::gpu_model::t_recorder == nullptr \
+       ? void()                                         \
+       : ::mlarope::kernels::gpu_model::end_load_batch( \
+             *::mlarope::kernels::gpu_model::t_recorder))
 /// True where the kernel bodies take their device code paths: on the device, and on the
 /// host under the GPU model (strided work sharing, vector accesses in pieces).
 #define MLAROPE_DEVICE_PATHS() (::mlarope::kernels::gpu_model::t_recorder != nullptr)
 #else
 #define MLAROPE_OBSERVE(address, bytes, access) true
+#define MLAROPE_END_LOAD_BATCH() ((void)0)
 #define MLAROPE_DEVICE_PATHS() true
 #endif
 

@@ -53,8 +53,9 @@ MLAROPE_HD MLAROPE_INLINE void rotate_chunk_of_heads(const RopeKernelArgs& a, co
       for (int j = 0; j < kRotateBatch; ++j) {
         const std::int64_t head = h + j * groups;
         if (head >= a.heads) break;
-        batch[j] = load_pair_bits<T, kPairs>(in_slices + head * a.in.head_stride, r.read_layout,
-                                             half_dim, first);
+        const T* slice = in_slices + head * a.in.head_stride;
+        // SASS batch: kRotateBatch (ci/sass_batches.py: loaded in one run)
+        batch[j] = load_pair_bits<T, kPairs>(slice, r.read_layout, half_dim, first);
       }
       MLAROPE_UNROLL
       for (int j = 0; j < kRotateBatch; ++j) {

@@ -57,7 +57,9 @@ MLAROPE_HD inline void copy_head_vectors(const HeadSegments<T>& s, std::int64_t 
     MLAROPE_UNROLL
     for (int j = 0; j < kBatch; ++j, w.advance()) {
       if (k + j * range.step >= range.end) break;
-      batch[j] = load_raw<16>(s.src + w.head * s.src_head_stride + w.item * kPerVector);
+      const T* src = s.src + w.head * s.src_head_stride + w.item * kPerVector;
+      // SASS batch: kCopyBatch (ci/sass_batches.py: loaded in one run)
+      batch[j] = load_raw<16>(src);
     }
     w = next;
     MLAROPE_UNROLL

@@ -93,6 +93,18 @@ TEST_P(KvSplitBackendTest, DimsOfEverySizeIncludingEmptyKeyAndValueParts) {
                    std::to_string(v) + " heads " + std::to_string(heads);
           bases.push_back(c);
         }
+  // Slices past kHostKvMaxEmbDim, where the fast mode takes the device paths too: scalar
+  // (514, no whole vector chunks) and vector (520).
+  for (std::int64_t emb : {514, 520}) {
+    KvCase c;
+    c.emb_dim = emb;
+    c.k_dim = 5;
+    c.v_dim = 8;
+    c.heads = 6;
+    c.rows.seq = 3;
+    c.name = "wide slice: emb " + std::to_string(emb);
+    bases.push_back(c);
+  }
   check_all(both_directions(bases));
 }
 

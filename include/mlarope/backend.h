@@ -71,6 +71,9 @@ struct ModelLaunchStats {
   std::int64_t load_phases = 0;   ///< over blocks, the phases in which a thread loaded data
   std::int64_t load_batches = 0;  ///< batches of data loads, over every thread
   std::int64_t loaded_bytes = 0;  ///< bytes of data loads (index loads not counted)
+  /// The most bytes one thread's batch loaded: what the compiled code must keep in flight
+  /// for the model's round trips to hold (ci/sass_batches.py checks it in the SASS).
+  std::int64_t largest_batch_bytes = 0;
   std::int64_t stored_bytes = 0;
   /// Distinct 1 KiB chunks of memory the launch's sectors lie in, and the bytes of those
   /// distinct sectors (read or written): touched_bytes / (chunks x 1 KiB) is how densely the
