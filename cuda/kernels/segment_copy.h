@@ -41,8 +41,8 @@ struct SegmentWalk {
 };
 
 /// copy_head_segments when every segment is whole 16-byte vectors: the thread's items (vector
-/// n % vectors of head n / vectors) in batches of kCopyBatch, each batch loaded whole, then
-/// stored.
+/// n % vectors of head n / vectors) in batches of kBatch (kCopyBatch or more), each batch loaded
+/// whole, then stored.
 template <class T, int kBatch>
 MLAROPE_HD inline void copy_head_vectors(const HeadSegments<T>& s, std::int64_t vectors,
                                          const ItemRange& range) {
