@@ -70,11 +70,18 @@ std::int64_t copy_items(std::int64_t length, DType dtype) {
   return length / per_vector + length % per_vector;
 }
 
+// How the threads of a body share a row's work items: one each at least, or, in the bodies
+// that load in batches, enough for a batch (LaunchProfile::batched_work_per_thread).
+enum class Sharing { one_each, batched };
+
 // A grid of one block per row (capped: the bodies loop over rows) with enough threads for
-// `work` items per row, profile.min_work_per_thread or more each (at least one thread).
-kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, const LaunchProfile& profile) {
+// `work` items per row, profile.min_work_per_thread or more each, and as `sharing` says (at
+// least one thread).
+kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, Sharing sharing,
+                            const LaunchProfile& profile) {
   const std::int64_t g = profile.thread_granularity;
-  const std::int64_t per = std::max<std::int64_t>(1, profile.min_work_per_thread);
+  const std::int64_t least = sharing == Sharing::batched ? profile.batched_work_per_thread : 1;
+  const std::int64_t per = std::max(least, profile.min_work_per_thread);
   const std::int64_t wanted = (work + per - 1) / per;
   const std::int64_t threads =
       std::clamp<std::int64_t>((wanted + g - 1) / g * g, g, profile.max_threads);
@@ -124,8 +131,8 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
     const std::int64_t per_round = kernels::staged_slices_per_round(l.args.heads, chunks);
     const std::int64_t rounds = rows * ((l.args.heads + per_round - 1) / per_round);
     l.work = per_round * chunks;
-    l.grid = capped_for_layout(row_grid(rounds, l.work, profile), layout, rounds, l.work,
-                               l.args.positions.num_sequences, profile);
+    l.grid = capped_for_layout(row_grid(rounds, l.work, Sharing::one_each, profile), layout, rounds,
+                               l.work, l.args.positions.num_sequences, profile);
     return l;
   }
   const bool whole_slice = l.variant == RopeVariant::whole_slice_scalar;
@@ -135,7 +142,8 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
                ? l.args.heads
                : std::max(chunks * l.args.heads,
                           mode.in_place ? 0 : l.args.heads * copy_items(args.nope_dim, in.dtype));
-  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, rows, l.work,
+  const Sharing sharing = whole_slice ? Sharing::one_each : Sharing::batched;
+  l.grid = capped_for_layout(row_grid(rows, l.work, sharing, profile), layout, rows, l.work,
                              l.args.positions.num_sequences, profile);
   return l;
 }
@@ -164,8 +172,8 @@ KvSplitLaunch make_kv_split_launch(const KvSplitCall& c, const LaunchProfile& pr
       a.emb_dim / 2 / pairs_per_chunk(l.variant == KvVariant::vector, l.dtype);
   const std::int64_t copies = copy_items(a.k_dim, c.kv.dtype) + copy_items(a.v_dim, c.kv.dtype);
   l.work = l.args.heads * std::max(chunks, copies);
-  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, rows, l.work,
-                             l.args.positions.num_sequences, profile);
+  l.grid = capped_for_layout(row_grid(rows, l.work, Sharing::batched, profile), layout, rows,
+                             l.work, l.args.positions.num_sequences, profile);
   return l;
 }
 
@@ -196,8 +204,8 @@ KvSplitBackwardLaunch make_kv_split_backward_launch(const KvSplitBackwardCall& c
       l.args.heads * (copy_items(a.k_dim, l.dtype) + copy_items(a.v_dim, l.dtype));
   const std::int64_t partial_sums = chunks * kernels::kv_sum_groups(l.args.heads, chunks);
   l.work = std::max(partial_sums, copies);
-  l.grid = capped_for_layout(row_grid(rows, l.work, profile), layout, rows, l.work,
-                             l.args.positions.num_sequences, profile);
+  l.grid = capped_for_layout(row_grid(rows, l.work, Sharing::batched, profile), layout, rows,
+                             l.work, l.args.positions.num_sequences, profile);
   return l;
 }
 
@@ -234,7 +242,8 @@ YarnLaunch make_yarn_launch(const YarnTablesCall& c, const LaunchProfile& profil
                         ? mscale(p.mscale) / mscale(p.mscale_all_dim)
                         : p.concentration_override;
   l.work = a.emb_dim / 2;
-  l.grid = a.rows == 0 ? kernels::GridShape{} : row_grid(a.rows, l.work, profile);
+  l.grid =
+      a.rows == 0 ? kernels::GridShape{} : row_grid(a.rows, l.work, Sharing::one_each, profile);
   return l;
 }
 

@@ -18,6 +18,9 @@ struct LaunchProfile {
   std::int64_t thread_granularity = 32;  ///< threads per block are a multiple of this
   std::int64_t max_blocks = 1 << 20;     ///< larger grids loop over rows (grid-stride)
   std::int64_t min_work_per_thread = 1;  ///< work items (16-byte pieces, pair chunks) per thread
+  /// Work items per thread, at least, of the bodies that load in batches (chunked rope,
+  /// kv_split, kv_split_backward: kernels/segment_copy.h, kRotateBatch, kSumBatch).
+  std::int64_t batched_work_per_thread = 1;
   /// Every block of a THD grid checks the call's whole cu_seqlens (kernels/freq_row.h), so its
   /// blocks are capped: at most max_thd_blocks (4096: more than an H200 holds at once, 132 SMs
   /// x 16 blocks of 128 threads), and, where the sequences outnumber the call's work, at most
@@ -37,6 +40,12 @@ inline LaunchProfile cuda_launch_profile() {
   p.max_threads = 128;
   p.thread_granularity = 32;
   p.max_blocks = std::int64_t{1} << 20;
+  // A row of few heads (H = 16: 6 KB in bf16) spread over 128 threads leaves each thread one or
+  // two 16-byte loads, too few to fill its batches, and a block's round trips cost the same
+  // however few bytes they carry. Fewer threads a block, each with more loads, is more blocks
+  // an SM and more bytes in flight (the timing model, docs/kernels.md: H = 16 rope 1.14-3.31x
+  // a copy of the same bytes -> 0.93-1.21x); a row of 128 heads keeps 128 threads.
+  p.batched_work_per_thread = 16;
   return p;
 }
 

@@ -71,8 +71,9 @@ struct Canonical {
 
 // Every canonical call. Work items: pair chunks (4 pairs of f16/bf16 or 2 of f32 on the vector
 // paths, 1 pair on the scalar ones) and 16-byte copy pieces (plus tail elements) of nope / k /
-// v. Threads: the work rounded up to a warp, 32 to 128. Blocks: one per row (staged: per round
-// of whole slices, 512 chunks a round), THD at most 4096, any layout at most 2^20.
+// v. Threads: the work rounded up to a warp, 32 to 128, and in the bodies that load in batches
+// (all but staged and whole-slice rope) at most one per 16 items. Blocks: one per row (staged: per
+// round of whole slices, 512 chunks a round), THD at most 4096, any layout at most 2^20.
 const std::vector<Canonical>& canonical_calls() {
   static const std::vector<Canonical> calls = {
       // q: 128 heads x 8 chunks (bf16) = 1024 < 128 x 16 nope pieces = 2048.
@@ -101,9 +102,10 @@ const std::vector<Canonical>& canonical_calls() {
        64, kI, kH, 0, "staged_vector", 16, 128, 512, 0.98},
       {"q rope_backward_inplace bf16", Call::rope_backward_inplace, DType::bf16, TokenLayout::sbhd,
        8, 128, 128, 64, kI, kH, 0, "staged_vector", 16, 128, 512, 1.0},
-      // In place without a layout change: chunks only, 128 x 8 (bf16), 128 x 16 (f32).
+      // In place without a layout change: chunks only, 128 x 8 (bf16: 64 threads of 16), 128 x 16
+      // (f32).
       {"q rope_inplace half bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128,
-       64, kH, kH, 0, "chunked_vector", 8, 128, 1024, 1.0},
+       64, kH, kH, 0, "chunked_vector", 8, 64, 1024, 1.0},
       {"q rope_inplace half f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128,
        64, kH, kH, 0, "chunked_vector", 8, 128, 2048, 1.0},
       // Misaligned by one element: the scalar paths, 32 one-pair chunks a slice.
@@ -137,6 +139,14 @@ const std::vector<Canonical>& canonical_calls() {
       // Small k and v, backward: the partial sums decide (8 chunks x 4 head groups > 4 x (2 + 2)).
       {"kv_split_backward bf16 small k and v", Call::kv_split_backward, DType::bf16,
        TokenLayout::sbhd, 8, 4, 16, 64, kI, kH, 0, "vector", 8, 32, 32, 1.0},
+      // H = 16 (a 6 KB row in bf16): 16 x 16 nope pieces = 256, at 16 a thread one warp; kv_split
+      // f32: 16 x (32 + 32) = 1024, 64 threads; kv_split_backward f32 the same pieces.
+      {"small rope bf16", Call::rope, DType::bf16, TokenLayout::sbhd, 8, 16, 128, 64, kI, kH, 0,
+       "chunked_vector", 8, 32, 256, 1.0},
+      {"small kv_split f32", Call::kv_split, DType::f32, TokenLayout::sbhd, 8, 16, 128, 64, kI, kH,
+       0, "vector", 8, 64, 1024, 1.0},
+      {"small kv_split_backward f32", Call::kv_split_backward, DType::f32, TokenLayout::sbhd, 8, 16,
+       128, 64, kI, kH, 0, "vector", 8, 64, 1024, 1.0},
       // One small head: 8 chunks (f32 emb 8: 2), one warp; THD stops at 4096 blocks, any layout at
       // 2^20.
       {"rope thd bf16 past the THD block cap", Call::rope, DType::bf16, TokenLayout::thd, 5000, 1,
