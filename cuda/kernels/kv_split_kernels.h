@@ -170,6 +170,11 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> zero_pairs() {
 /// loads of a batch are in flight together, and the sum waits for each batch before the next.
 inline constexpr int kSumBatch = 8;
 
+/// Loads of the partial sums a thread of the vector paths has in flight together where the
+/// groups are short (KvSplitBackwardRows::stage_short_group_sums): at kSumBatch, the register
+/// budget of kv_split_backward (96) spills.
+inline constexpr int kShortSumBatch = 4;
+
 /// Group `group`'s partial sum of pairs first .. first + kPairs - 1 of the key rope slices:
 /// heads group, group + groups, ... in order, in f32 (in batches of kSumBatch heads on the
 /// vector paths; the order of the additions is the same).
@@ -248,7 +253,14 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
     copy_grad_kv_parts<T, kKvCopyBatch<kPairs>>(a, grad_key,
                                                 row_pointer<T>(a.grad_value, row, p.batch),
                                                 row_pointer<T>(a.grad_kv, row, p.batch), g);
-    if (groups > 1) stage_partial_sums(a, g, grad_key, groups, s);
+    if (groups < 2) return;  // one group: the work phase sums the heads itself
+    if constexpr (kPairs == kVectorPairs<T>) {
+      if (a.heads <= kShortSumBatch * groups) {
+        stage_short_group_sums(a, g, grad_key, groups, s);
+        return;
+      }
+    }
+    stage_partial_sums(a, g, grad_key, groups, s);
   }
 
   MLAROPE_HD static void work(const KvSplitBackwardKernelArgs& a, const GridCoord& g,
@@ -273,6 +285,53 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
       const std::int64_t group = quotient(n, chunks(a));
       s.partial.store(n, group_sum<T, kPairs>(a, grad_key, (n - group * chunks(a)) * kPairs, group,
                                               groups));
+    }
+  }
+
+  /// Prepare, where no group holds more than kShortSumBatch heads (the vector paths): group_sum's
+  /// partial sums, in its order, but one batch holds the heads of as many of a thread's items as
+  /// it fits (group_sum waits once per item: at 16 heads, once per head in f16/bf16).
+  MLAROPE_HD static void stage_short_group_sums(const KvSplitBackwardKernelArgs& a,
+                                                const GridCoord& g, const T* grad_key,
+                                                std::int64_t groups, Shared& s) {
+    static_assert(kPairs == kVectorPairs<T>, "vector chunks only");
+    const PairLayout layout = a.rotation.read_layout;
+    const std::int64_t half_dim = a.emb_dim / 2;
+    const T* slices = grad_key + a.k_dim;
+    const std::int64_t items = groups * chunks(a);
+    const int per_item = static_cast<int>((a.heads + groups - 1) / groups);  // <= kShortSumBatch
+    const int per_batch = kShortSumBatch / per_item;
+    for (std::int64_t n = g.thread; n < items; n += std::int64_t{per_batch} * g.num_threads) {
+      // The batch's items n, n + threads, ...: per_batch of them, fewer at the end.
+      const std::int64_t left = (items - 1 - n) / g.num_threads + 1;
+      const int slots = per_item * (left < per_batch ? static_cast<int>(left) : per_batch);
+      RawVector<16> batch[kShortSumBatch] = {};
+      int i = 0, k = 0;  // slot j: the k-th head of the batch's i-th item
+      MLAROPE_UNROLL
+      for (int j = 0; j < kShortSumBatch; ++j) {
+        if (j == slots) break;
+        const std::int64_t item = n + std::int64_t{i} * g.num_threads;
+        const std::int64_t group = quotient(item, chunks(a));
+        const std::int64_t head = group + k * groups;
+        if (head < a.heads)
+          // SASS batch: kShortSumBatch (ci/sass_batches.py: loaded in one run)
+          batch[j] = load_pair_bits<T, kPairs>(slices + head * a.grad_key.head_stride, layout,
+                                               half_dim, (item - group * chunks(a)) * kPairs);
+        if (++k == per_item) k = 0, ++i;
+      }
+      // A slot past its group's last head holds zeros: adding +0 leaves a sum begun at +0
+      // as it was (such a sum is never -0), so the slots are added unconditionally.
+      PairChunk<kPairs> sum = zero_pairs<kPairs>();
+      i = 0, k = 0;
+      MLAROPE_UNROLL
+      for (int j = 0; j < kShortSumBatch; ++j) {
+        if (j == slots) break;
+        add_pairs(sum, pairs_of_bits<T, kPairs>(batch[j], layout));
+        if (++k < per_item) continue;
+        s.partial.store(n + std::int64_t{i} * g.num_threads, sum);
+        sum = zero_pairs<kPairs>(), k = 0, ++i;
+      }
+      MLAROPE_END_LOAD_BATCH();
     }
   }
 

@@ -22,7 +22,13 @@
 namespace mlarope::test {
 namespace {
 
-constexpr std::int64_t kRows = 3, kHeads = 128, kK = 128, kV = 128, kEmb = 64;
+constexpr std::int64_t kRows = 3, kHeads = 128, kK = 128, kEmb = 64;
+
+// Heads of a call, and its k_dim (= v_dim).
+struct KvShape {
+  std::int64_t heads = kHeads;
+  std::int64_t kv_dim = kK;
+};
 
 TEST(KvSumOrder, GroupsFollowTheDocumentedRule) {
   EXPECT_EQ(kernels::kv_sum_groups(128, 8), 16);   // DeepSeek-V3 bf16: 8 chunks of 4 pairs
@@ -33,8 +39,8 @@ TEST(KvSumOrder, GroupsFollowTheDocumentedRule) {
 }
 
 // Values of every magnitude from 2^-12 to 2^12, either sign: f32 sums of them depend on order.
-std::vector<float> grad_key_values() {
-  std::vector<float> v(static_cast<std::size_t>(kRows * kHeads * (kK + kEmb)));
+std::vector<float> grad_key_values(const KvShape& sh = {}) {
+  std::vector<float> v(static_cast<std::size_t>(kRows * sh.heads * (sh.kv_dim + kEmb)));
   std::uint64_t state = 12345;
   for (float& x : v) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -48,11 +54,12 @@ std::vector<float> grad_key_values() {
 // Element k of row `row`'s rope slices summed in f32: heads dealt into `groups` groups, each
 // summed in head order from 0, the partial sums added in `group_order`.
 float grouped_sum(const std::vector<float>& g, std::int64_t row, std::int64_t k,
-                  std::int64_t groups, const std::vector<std::int64_t>& group_order) {
+                  std::int64_t groups, const std::vector<std::int64_t>& group_order,
+                  const KvShape& sh = {}) {
   std::vector<float> partial(static_cast<std::size_t>(groups), 0.0f);
-  for (std::int64_t h = 0; h < kHeads; ++h)
+  for (std::int64_t h = 0; h < sh.heads; ++h)
     partial[static_cast<std::size_t>(h % groups)] +=
-        g[static_cast<std::size_t>((row * kHeads + h) * (kK + kEmb) + kK + k)];
+        g[static_cast<std::size_t>((row * sh.heads + h) * (sh.kv_dim + kEmb) + sh.kv_dim + k)];
   float sum = partial[static_cast<std::size_t>(group_order[0])];
   for (std::size_t i = 1; i < group_order.size(); ++i)
     sum += partial[static_cast<std::size_t>(group_order[i])];
@@ -80,10 +87,11 @@ class AlignedFloats {
   float* data_;
 };
 
-// grad_k_pe of kv_split_backward (SBHD [kRows, 1, H, ...], activations of `dtype`, f32
+// grad_k_pe of kv_split_backward (SBHD [kRows, 1, heads, ...], activations of `dtype`, f32
 // identity tables) on `stream`, as floats.
 std::vector<float> grad_k_pe_on(Stream& stream, const std::vector<float>& grad_key_values,
-                                DType dtype = DType::f32) {
+                                DType dtype = DType::f32, const KvShape& sh = {}) {
+  const std::int64_t heads = sh.heads, kv = sh.kv_dim;
   const bool bf16 = dtype == DType::bf16;
   AlignedFloats grad_key(grad_key_values.size(), 0.0f);
   for (std::size_t i = 0; i < grad_key_values.size(); ++i) {
@@ -92,18 +100,18 @@ std::vector<float> grad_k_pe_on(Stream& stream, const std::vector<float>& grad_k
           kernels::float_to_bf16(grad_key_values[i]);
     else grad_key.data()[i] = grad_key_values[i];
   }
-  AlignedFloats grad_value(static_cast<std::size_t>(kRows * kHeads * kV), 0.0f);
-  AlignedFloats grad_kv(static_cast<std::size_t>(kRows * kHeads * (kK + kV)), 0.0f);
+  AlignedFloats grad_value(static_cast<std::size_t>(kRows * heads * kv), 0.0f);
+  AlignedFloats grad_kv(static_cast<std::size_t>(kRows * heads * 2 * kv), 0.0f);
   AlignedFloats grad_k_pe(static_cast<std::size_t>(kRows * kEmb), 0.0f);
   AlignedFloats cos(static_cast<std::size_t>(kRows * kEmb), 1.0f),
       sin(static_cast<std::size_t>(kRows * kEmb), 0.0f);
   KvSplitBackwardCall c;
-  c.grad_key = contiguous_view<const void>(grad_key.data(), dtype, {kRows, 1, kHeads, kK + kEmb});
-  c.grad_value = contiguous_view<const void>(grad_value.data(), dtype, {kRows, 1, kHeads, kV});
-  c.grad_kv = contiguous_view<void>(grad_kv.data(), dtype, {kRows, 1, kHeads, kK + kV});
+  c.grad_key = contiguous_view<const void>(grad_key.data(), dtype, {kRows, 1, heads, kv + kEmb});
+  c.grad_value = contiguous_view<const void>(grad_value.data(), dtype, {kRows, 1, heads, kv});
+  c.grad_kv = contiguous_view<void>(grad_kv.data(), dtype, {kRows, 1, heads, 2 * kv});
   c.grad_k_pe = contiguous_view<void>(grad_k_pe.data(), dtype, {kRows, 1, 1, kEmb});
-  c.args.k_dim = kK;
-  c.args.v_dim = kV;
+  c.args.k_dim = kv;
+  c.args.v_dim = kv;
   c.args.emb_dim = kEmb;
   c.args.rotation.in_layout = c.args.rotation.out_layout = PairLayout::half;
   c.args.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {kRows, kEmb});
@@ -125,12 +133,13 @@ bool same_bits(float a, float b) {
 
 // Elements of `got` whose bits differ from the sums in `order` with `groups` groups.
 int mismatches(const std::vector<float>& got, const std::vector<float>& grad_key,
-               std::int64_t groups, const std::vector<std::int64_t>& order) {
+               std::int64_t groups, const std::vector<std::int64_t>& order,
+               const KvShape& sh = {}) {
   int n = 0;
   for (std::int64_t row = 0; row < kRows; ++row)
     for (std::int64_t k = 0; k < kEmb; ++k)
       n += same_bits(got[static_cast<std::size_t>(row * kEmb + k)],
-                     grouped_sum(grad_key, row, k, groups, order))
+                     grouped_sum(grad_key, row, k, groups, order, sh))
                ? 0
                : 1;
   return n;
@@ -174,6 +183,46 @@ TEST(KvSumOrder, TheGpuModelSeesCoalescedPartialSums) {
               std::string("kv_split_backward/vector/") + (dtype == DType::f32 ? "f32" : "bf16"));
     EXPECT_GE(stats[0].sector_efficiency(), 0.99);
   }
+}
+
+// Groups of at most kShortSumBatch heads take their own path, a thread's items loaded together
+// (stage_short_group_sums): the same order, bit for bit, in the fast mode and under the model.
+// f32: 16 heads (8 groups of 2), 20 (of 2 and 3), 5 (5 groups of one: 80 items over 32
+// threads, a thread's last batch short), and 8 heads with k and v of 512 (128 threads: one
+// item a thread, the rest of its batch past the partial sums' 128 slots).
+TEST(KvSumOrder, ShortGroupsKeepTheOrder) {
+  for (const KvShape& sh : {KvShape{16, kK}, KvShape{20, kK}, KvShape{5, kK}, KvShape{8, 512}}) {
+    SCOPED_TRACE(testing::Message() << sh.heads << " heads, k and v " << sh.kv_dim);
+    const std::vector<float> grad_key = grad_key_values(sh);
+    const std::int64_t groups =
+        kernels::kv_sum_groups(sh.heads, kEmb / 2 / kernels::kVectorPairs<float>);
+    ASSERT_LE(sh.heads, kernels::kShortSumBatch * groups);
+    std::vector<std::int64_t> reversed = ascending(groups);
+    std::reverse(reversed.begin(), reversed.end());
+    for (bool gpu_model : {false, true}) {
+      SCOPED_TRACE(gpu_model ? "GPU model" : "fast mode");
+      Stream s = Stream::host({1, 2, gpu_model});
+      const std::vector<float> got = grad_k_pe_on(s, grad_key, DType::f32, sh);
+      EXPECT_EQ(mismatches(got, grad_key, groups, ascending(groups), sh), 0);
+      EXPECT_GT(mismatches(got, grad_key, groups, reversed, sh), 10);
+    }
+  }
+}
+
+// In bf16 at 16 heads every group is one head, and a block of 32 threads (16 work items a
+// thread: 16 x (16 + 16) copy pieces) waits for 2 batches of copies (8 pieces each), one of
+// partial sums (its 4 items together: 128 items over 32 threads) and one of coefficients:
+// 4 round trips. Loaded an item at a time the sums alone would take 4.
+TEST(KvSumOrder, ShortGroupsTakeOneRoundTrip) {
+  constexpr std::int64_t kShortHeads = 16;
+  Stream s = Stream::host({1, 1, true});
+  grad_k_pe_on(s, grad_key_values({kShortHeads, kK}), DType::bf16, {kShortHeads, kK});
+  const std::vector<ModelLaunchStats> stats = take_model_stats(s);
+  ASSERT_EQ(stats.size(), 1u);
+  ASSERT_EQ(stats[0].threads, 32);
+  ASSERT_GT(stats[0].blocks_run, 0);
+  EXPECT_EQ(stats[0].round_trips, 4 * stats[0].blocks_run) << stats[0].kernel;
+  EXPECT_EQ(stats[0].index_round_trips, 0);
 }
 
 }  // namespace
