@@ -14,29 +14,34 @@
 
 namespace mlarope::bench {
 
-// Allocations aligned like cudaMalloc's (256 bytes), so that where 32-byte sectors fall in the
-// buffers, and so the GPU model's figures, do not depend on the host allocator.
+// Allocations aligned to 4 KiB, so that where the GPU model's 32-byte sectors and 1 KiB DRAM
+// chunks fall in the buffers, and so its figures, do not depend on the host allocator. At
+// cudaMalloc's guaranteed 256 bytes a buffer's offset in its 1 KiB chunk changed from run to
+// run, and the model's times with it (0.1-0.2 us of 6-76 us, enough to move a row across its
+// target); at 4 KiB the figures are those of any alignment of 1 KiB or more.
+inline constexpr std::size_t kPageBytes = 4096;
+
 template <class T>
-struct Aligned256 {
+struct PageAligned {
   using value_type = T;
-  Aligned256() = default;
+  PageAligned() = default;
   template <class U>
-  Aligned256(const Aligned256<U>&) {}
+  PageAligned(const PageAligned<U>&) {}
   T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(256)));
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kPageBytes)));
   }
-  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(256)); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(kPageBytes)); }
   template <class U>
-  bool operator==(const Aligned256<U>&) const {
+  bool operator==(const PageAligned<U>&) const {
     return true;
   }
   template <class U>
-  bool operator!=(const Aligned256<U>&) const {
+  bool operator!=(const PageAligned<U>&) const {
     return false;
   }
 };
 template <class T>
-using DeviceLikeVector = std::vector<T, Aligned256<T>>;
+using DeviceLikeVector = std::vector<T, PageAligned<T>>;
 using Bytes = DeviceLikeVector<std::byte>;
 
 /// `count` random values in [-1, 1] of `dtype`: a tile of 64 Ki values repeated (filling is

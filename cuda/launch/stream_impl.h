@@ -44,7 +44,7 @@ inline LaunchProfile cuda_launch_profile() {
   // two 16-byte loads, too few to fill its batches, and a block's round trips cost the same
   // however few bytes they carry. Fewer threads a block, each with more loads, is more blocks
   // an SM and more bytes in flight (the timing model, docs/kernels.md: H = 16 rope 1.14-3.31x
-  // a copy of the same bytes -> 0.93-1.21x); a row of 128 heads keeps 128 threads.
+  // a copy of the same bytes -> 0.92-1.19x); a row of 128 heads keeps 128 threads.
   p.batched_work_per_thread = 16;
   return p;
 }
