@@ -331,7 +331,9 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
         s.partial.store(n + std::int64_t{i} * g.num_threads, sum);
         sum = zero_pairs<kPairs>(), k = 0, ++i;
       }
-      MLAROPE_END_LOAD_BATCH();
+      // Only the GPU model and the device run this path: the fast mode takes the device bodies
+      // only beyond emb_dim 512, where one group holds every head.
+      MLAROPE_END_LOAD_BATCH();  // GCOVR_EXCL_BR_LINE: never without the model (above)
     }
   }
 
