@@ -3,6 +3,7 @@
 // has internal linkage.
 #include "host/host_kernels.h"
 
+#include "host/host_avx2.h"
 #include "kernels/kv_split_kernels.h"
 #include "kernels/rope_kernels.h"
 #include "kernels/yarn_kernels.h"
@@ -17,13 +18,30 @@ using detail::RopeVariant;
 // Each family runs the host's fast branch in fast mode where it covers the call (slices it can
 // hold), else its RowRounds body, with the barriers as phases (always under the GPU model).
 
+#if defined(MLAROPE_HOST_AVX2)
+// rope's fast branch compiled for AVX2: its loops take 8 lanes a step, its bf16 conversions
+// the AVX2 forms, every call inlined (flatten: the compiler would leave the longer conversions
+// out of line, a call per run).
+template <class T>
+MLAROPE_AVX2_FUNCTION __attribute__((flatten)) void rope_on_host_avx2(const RopeKernelArgs& a,
+                                                                      const GridCoord& g) {
+  rope_on_host<T, Avx2Runs>(a, g);
+}
+#endif
+
+// rope's fast branch for this CPU.
+template <class T>
+void (*fast_rope())(const RopeKernelArgs&, const GridCoord&) {
+#if defined(MLAROPE_HOST_AVX2)
+  if (host_has_avx2()) return &rope_on_host_avx2<T>;
+#endif
+  return &rope_on_host<T>;
+}
+
 template <class T>
 void run_rope_typed(const HostExecutor& e, const detail::RopeLaunch& l) {
   constexpr int kVector = kVectorPairs<T>;
-  const bool scalar =
-      l.variant == RopeVariant::chunked_scalar || l.variant == RopeVariant::whole_slice_scalar;
-  if (rope_runs_on_host(l.args))
-    return launch(e, l.grid, scalar ? &rope_on_host<T, 1> : &rope_on_host<T, kVector>, l.args);
+  if (rope_runs_on_host(l.args)) return launch(e, l.grid, fast_rope<T>(), l.args);
   switch (l.variant) {
     case RopeVariant::chunked_vector:
       return launch_phased<RowRounds<RopeChunkedRows<T, kVector>>>(e, l.grid, l.args);

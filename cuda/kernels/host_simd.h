@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-only SSE2 forms of the bf16 pair-chunk loads and stores of pair_rotation.h (4 pairs):
-// the same values, bit for bit, as the generic element code (host_simd_test checks it), in a
-// handful of instructions instead of the compiler's shuffle-heavy vectorization. Leaves only:
-// the kernel logic that calls them is the same on both sides (docs/architecture.md rule 2).
+// Host-only SSE2 forms of the bf16 pair-chunk loads and stores of pair_rotation.h (4 pairs)
+// and of the slice runs of host_slice_rotation.h (host/host_avx2.h has AVX2 forms of the runs):
+// the same values, bit for bit, as the generic element code (portability_test checks it), in a
+// handful of instructions instead of the compiler's shuffle-heavy vectorization. Leaves only: the
+// kernel logic that calls them is the same on both sides (docs/architecture.md rule 2).
 #pragma once
 
 #if !defined(__CUDACC__) && defined(__SSE2__)
@@ -68,6 +69,55 @@ inline void store_half(void* p_u, void* p_v, const float* u, const float* v) {
   _mm_storel_epi64(static_cast<__m128i*>(p_u), uv);
   _mm_storel_epi64(static_cast<__m128i*>(p_v), _mm_srli_si128(uv, 8));
 }
+
+/// The SSE2 forms of the runs of a rope slice (host_slice_rotation.h): pairs 4 a step, runs
+/// of elements 8 a step; the caller converts what is left of a run past its last whole step.
+struct Sse2Runs {
+  static constexpr std::int64_t kPairStep = 4, kRunStep = 8;
+
+  /// Pairs 0 .. n - 1 (n a multiple of 4) of interleaved bf16 pairs at p: each pair is one 32-bit
+  /// word, u in its low half, so u's float is the word shifted up and v's the word's high half.
+  static void bf16_pairs_to_floats(const void* p, std::int64_t n, float* u, float* v) {
+    const auto* words = static_cast<const unsigned char*>(p);
+    const __m128i high = _mm_set1_epi32(static_cast<int>(0xffff0000u));
+    for (std::int64_t i = 0; i < n; i += 4) {
+      const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + 4 * i));
+      _mm_storeu_ps(u + i, _mm_castsi128_ps(_mm_slli_epi32(w, 16)));
+      _mm_storeu_ps(v + i, _mm_castsi128_ps(_mm_and_si128(w, high)));
+    }
+  }
+
+  /// Elements 0 .. n - 1 (n a multiple of 8) of a bf16 run at p, as floats.
+  static void bf16_run_to_floats(const void* p, std::int64_t n, float* f) {
+    const auto* bytes = static_cast<const unsigned char*>(p);
+    for (std::int64_t i = 0; i < n; i += 8) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 2 * i));
+      _mm_storeu_ps(f + i, _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), x)));
+      _mm_storeu_ps(f + i + 4, _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), x)));
+    }
+  }
+
+  /// u[0 .. n - 1] and v[0 .. n - 1] (n a multiple of 4) as interleaved bf16 pairs at p.
+  static void floats_to_bf16_pairs(const float* u, const float* v, std::int64_t n, void* p) {
+    auto* words = static_cast<unsigned char*>(p);
+    const __m128i low = _mm_set1_epi32(0xffff);
+    for (std::int64_t i = 0; i < n; i += 4) {
+      const __m128i lu = float_to_bf16x4_lanes(_mm_loadu_ps(u + i));
+      const __m128i lv = float_to_bf16x4_lanes(_mm_loadu_ps(v + i));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(words + 4 * i),
+                       _mm_or_si128(_mm_and_si128(lu, low), _mm_slli_epi32(lv, 16)));
+    }
+  }
+
+  /// f[0 .. n - 1] (n a multiple of 8) as a bf16 run at p.
+  static void floats_to_bf16_run(const float* f, std::int64_t n, void* p) {
+    auto* bytes = static_cast<unsigned char*>(p);
+    for (std::int64_t i = 0; i < n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes + 2 * i),
+                       _mm_packs_epi32(float_to_bf16x4_lanes(_mm_loadu_ps(f + i)),
+                                       float_to_bf16x4_lanes(_mm_loadu_ps(f + i + 4))));
+  }
+};
 
 /// memcpy with streaming (non-temporal) 16-byte stores wherever `dst` is aligned: an output
 /// written once skips the read for ownership of its cache lines (a third of a copy's memory

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/freq_row.h"
+#include "kernels/host_slice_rotation.h"
 #include "kernels/kernel_args.h"
 #include "kernels/pair_rotation.h"
 #include "kernels/portability.h"
@@ -76,39 +77,67 @@ MLAROPE_HD MLAROPE_INLINE void rotate_chunk_of_heads(const RopeKernelArgs& a, co
 }
 
 #if !defined(__CUDA_ARCH__)
-/// Largest emb_dim of the host's fast rope (a row's coefficients and one slice live on the
-/// stack).
-inline constexpr std::int64_t kHostRopeMaxEmbDim = 512;
-
 /// Heads ahead whose slice the host's in-place branch prefetches (8: the best of 0, 4, 8, 16 at
 /// DeepSeek-V3 shapes, bf16 and f32).
 inline constexpr std::int64_t kPrefetchHeads = 8;
 
-/// Prefetch the cache lines of [p, p + bytes) for writing.
-inline void prefetch_for_write(const void* p, std::size_t bytes) {
+/// Prefetch the cache lines of [p, p + bytes) for writing. Always inlined (MLAROPE_INLINE): GCC
+/// takes a function of prefetches alone for a const one and drops the calls to it.
+MLAROPE_INLINE void prefetch_for_write(const void* p, std::size_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 1, 3);
 }
 
+/// rope_on_host's work on the heads of one row: kHalfDim pairs a slice, or `half_dim` where
+/// kHalfDim is 0. A constant count gives the slice loops (host_slice_rotation.h) a fixed trip
+/// count: no remainder code per loop, which at 32 pairs cost as much as the loops' work.
+template <class T, class Runs, std::int64_t kHalfDim>
+MLAROPE_INLINE void rope_heads_on_host(const RopeKernelArgs& a, const T* in, T* out,
+                                       std::int64_t half_dim, const HostRowCoefficients& k,
+                                       HostSlicePairs& x, T* rotated) {
+  const PairRotation& r = a.rotation;
+  const std::int64_t pairs = kHalfDim != 0 ? kHalfDim : half_dim;
+  const std::size_t nope_bytes = static_cast<std::size_t>(a.nope_dim) * sizeof(T);
+  const std::size_t slice_bytes = static_cast<std::size_t>(2 * pairs) * sizeof(T);
+  for (std::int64_t h = 0; h < a.heads; ++h) {
+    const T* src = in + h * a.in.head_stride;
+    T* dst = out + h * a.out.head_stride;
+    // In place, a head's slice is a short run a head stride from the next, which the
+    // hardware prefetchers follow poorly: ask for the slice kPrefetchHeads ahead.
+    if (a.in_place && h + kPrefetchHeads < a.heads)
+      prefetch_for_write(dst + kPrefetchHeads * a.out.head_stride + a.nope_dim, slice_bytes);
+    if (!a.in_place) host_stream_copy(dst, src, nope_bytes);  // the head read in order
+    read_slice<Runs>(src + a.nope_dim, r.read_layout, pairs, x);
+    rotate_slice(k, pairs, x);
+    if (a.in_place) {  // the slice's lines are in cache already: plain stores
+      write_slice<Runs>(dst + a.nope_dim, r.write_layout, pairs, x);
+      continue;
+    }
+    write_slice<Runs>(rotated, r.write_layout, pairs, x);  // out of place: here, then streamed
+    host_stream_copy(dst + a.nope_dim, rotated, slice_bytes);
+  }
+}
+
+/// The rope slice of every DeepSeek MLA model (qk_rope_head_dim 64): 32 pairs.
+inline constexpr std::int64_t kMlaHalfDim = 32;
+
 /// The host's fast mode of every rope body, shaped like the reference: thread 0 of each block
 /// takes the whole row (its heads in memory order) and loads the row's coefficients once; per
 /// head it reads the rope slice whole before writing any of it (so in place works for any pair of
-/// layouts); out of place it rotates the slice into a local buffer and streams the nope part and
-/// the slice to the output (host_stream_copy), in place it stores the slice back.
-template <class T, int kPairs>
-inline void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
-  constexpr int kMaxChunks = static_cast<int>(kHostRopeMaxEmbDim / 2 / kPairs);
+/// layouts) and rotates it in loops over the pairs (host_slice_rotation.h); out of place it
+/// writes the slice into a local buffer and streams the nope part and the slice to the output
+/// (host_stream_copy), in place it stores the slice back.
+/// Runs: the SIMD forms of its slice conversions (host_slice_rotation.h); inlined whole into
+/// the caller, so that a caller compiled for AVX2 gets every loop of it in AVX2.
+template <class T, class Runs = HostRuns>
+MLAROPE_INLINE void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
   const PositionArgs& p = a.positions;
-  const PairRotation& r = a.rotation;
   const std::int64_t half_dim = a.emb_dim / 2;
-  const std::int64_t chunks = half_dim / kPairs;
   if (g.thread != 0) return;
   const bool pass_all = call_passes_through(p, g);
-  const std::size_t nope_bytes = static_cast<std::size_t>(a.nope_dim) * sizeof(T);
   const std::size_t head_bytes = static_cast<std::size_t>(a.nope_dim + a.emb_dim) * sizeof(T);
-  const std::size_t slice_bytes = static_cast<std::size_t>(a.emb_dim) * sizeof(T);
-  PairCoefficients<kPairs> k[kMaxChunks];
-  PairChunk<kPairs> x[kMaxChunks];
+  HostRowCoefficients k;
+  HostSlicePairs x;
   T rotated[kHostRopeMaxEmbDim];
   for (std::int64_t row = g.block; row < row_count(p); row += g.num_blocks) {
     const RowPlan plan = pass_all ? RowPlan{} : plan_row(p, row, true);
@@ -120,28 +149,10 @@ inline void rope_on_host(const RopeKernelArgs& a, const GridCoord& g) {
           host_stream_copy(out + h * a.out.head_stride, in + h * a.in.head_stride, head_bytes);
       continue;
     }
-    for (std::int64_t c = 0; c < chunks; ++c)
-      k[c] = load_coefficients<kPairs>(r, plan.freq_row, half_dim, c * kPairs);
-    for (std::int64_t h = 0; h < a.heads; ++h) {
-      const T* src = in + h * a.in.head_stride;
-      T* dst = out + h * a.out.head_stride;
-      // In place, a head's slice is a short run a head stride from the next, which the
-      // hardware prefetchers follow poorly: ask for the slice kPrefetchHeads ahead.
-      if (a.in_place && h + kPrefetchHeads < a.heads)
-        prefetch_for_write(dst + kPrefetchHeads * a.out.head_stride + a.nope_dim, slice_bytes);
-      if (!a.in_place) host_stream_copy(dst, src, nope_bytes);  // the head read in order
-      for (std::int64_t c = 0; c < chunks; ++c)
-        x[c] = load_pairs<T, kPairs>(src + a.nope_dim, r.read_layout, half_dim, c * kPairs);
-      if (a.in_place) {  // the slice's lines are in cache already: plain stores
-        for (std::int64_t c = 0; c < chunks; ++c)
-          store_pairs<T, kPairs>(dst + a.nope_dim, r.write_layout, half_dim, c * kPairs,
-                                 rotate(x[c], k[c]));
-        continue;
-      }
-      for (std::int64_t c = 0; c < chunks; ++c)  // out of place: rotated here, then streamed
-        store_pairs<T, kPairs>(rotated, r.write_layout, half_dim, c * kPairs, rotate(x[c], k[c]));
-      host_stream_copy(dst + a.nope_dim, rotated, slice_bytes);
-    }
+    load_row_coefficients(a.rotation, plan.freq_row, half_dim, k);
+    if (half_dim == kMlaHalfDim)
+      rope_heads_on_host<T, Runs, kMlaHalfDim>(a, in, out, half_dim, k, x, rotated);
+    else rope_heads_on_host<T, Runs, 0>(a, in, out, half_dim, k, x, rotated);
   }
   host_store_fence();
 }

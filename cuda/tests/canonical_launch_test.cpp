@@ -12,7 +12,10 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "host/host_stream.h"
@@ -511,6 +514,84 @@ void expect_fast_mode_gives_the_models_bits(std::int64_t H, std::int64_t E) {
   EXPECT_EQ(fast.value, model.value);
   EXPECT_EQ(fast.grad_kv, model.grad_kv);
   EXPECT_EQ(fast.grad_k_pe, model.grad_k_pe);
+}
+
+// rope's fast body (rope_on_host: whole slices, SIMD conversions for bf16) against the GPU
+// model's device bodies: in place and out of place, forward and backward, every pair of
+// layouts, every dtype, at emb_dims whose half has a tail past the SIMD steps (72: 36 pairs,
+// 10: 5) and none (64).
+// T: float, or std::uint16_t holding f16 or bf16 bits (about +-1 in either).
+template <class T>
+std::vector<T> random_elements(std::size_t n, std::uint32_t seed) {
+  std::vector<T> v(n);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  for (T& e : v) {
+    if constexpr (std::is_same_v<T, float>) e = value(rng);
+    else e = static_cast<std::uint16_t>((value(rng) < 0 ? 0x8000u : 0u) + 0x3C00u + rng() % 0x300u);
+  }
+  return v;
+}
+
+std::uint32_t element_bits(float x) {
+  std::uint32_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+std::uint32_t element_bits(std::uint16_t x) { return x; }
+
+template <class T>
+void expect_fast_rope_gives_the_models_bits(DType dtype, std::int64_t E, PairLayout in,
+                                            PairLayout out) {
+  constexpr std::int64_t S = 3, B = 2, H = 5, N = 6;
+  const std::vector<T> t = random_elements<T>(S * B * H * (N + E), 1);
+  std::vector<float> cos(S * E), sin(S * E);
+  for (std::size_t i = 0; i < cos.size(); ++i)
+    cos[i] = 0.6f + 0.001f * static_cast<float>(i % 97),
+    sin[i] = 0.8f - 0.002f * static_cast<float>(i % 31);
+  auto run = [&](bool gpu_model) {
+    std::vector<std::vector<T>> results;
+    HostStreamOptions options;
+    options.gpu_model = gpu_model;
+    Stream stream = Stream::host(options);
+    RopeArgs a;
+    a.nope_dim = N, a.emb_dim = E;
+    a.rotation.in_layout = in, a.rotation.out_layout = out;
+    a.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {S, E});
+    a.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {S, E});
+    std::vector<T> o(t.size()), g(t.size()), inplace = t, grad_inplace = t;
+    rope(RopeCall{contiguous_view<const void>(t.data(), dtype, {S, B, H, N + E}),
+                  contiguous_view<void>(o.data(), dtype, {S, B, H, N + E}), a},
+         stream);
+    rope_backward(RopeBackwardCall{contiguous_view<const void>(t.data(), dtype, {S, B, H, N + E}),
+                                   contiguous_view<void>(g.data(), dtype, {S, B, H, N + E}), a},
+                  stream);
+    rope_inplace(RopeInplaceCall{contiguous_view<void>(inplace.data(), dtype, {S, B, H, N + E}), a},
+                 stream);
+    rope_backward_inplace(RopeBackwardInplaceCall{contiguous_view<void>(grad_inplace.data(), dtype,
+                                                                        {S, B, H, N + E}),
+                                                  a},
+                          stream);
+    stream.synchronize();
+    return std::vector<std::vector<T>>{o, g, inplace, grad_inplace};
+  };
+  const auto model = run(true), fast = run(false);
+  const char* names[] = {"rope", "rope_backward", "rope_inplace", "rope_backward_inplace"};
+  for (std::size_t i = 0; i < model.size(); ++i)
+    for (std::size_t e = 0; e < model[i].size(); ++e)
+      ASSERT_EQ(element_bits(fast[i][e]), element_bits(model[i][e]))
+          << names[i] << ", " << to_string(dtype) << ", emb " << E << ", layouts " << to_string(in)
+          << " -> " << to_string(out) << ", element " << e;
+}
+
+TEST(FastMode, RopeGivesTheModelsBits) {
+  for (std::int64_t E : {64, 72, 10})
+    for (PairLayout in : {PairLayout::interleaved, PairLayout::half})
+      for (PairLayout out : {PairLayout::interleaved, PairLayout::half}) {
+        expect_fast_rope_gives_the_models_bits<std::uint16_t>(DType::bf16, E, in, out);
+        expect_fast_rope_gives_the_models_bits<std::uint16_t>(DType::f16, E, in, out);
+        expect_fast_rope_gives_the_models_bits<float>(DType::f32, E, in, out);
+      }
 }
 
 TEST(FastMode, KvShapesGiveTheModelsBits) {

@@ -4,15 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <random>
+#include <type_traits>
 #include <vector>
 
+#include "host/host_avx2.h"
 #include "host_convert.h"
 #include "kernels/element_io.h"
 #include "kernels/float_convert.h"
 #include "kernels/host_simd.h"
+#include "kernels/host_slice_rotation.h"
 #include "kernels/portability.h"
 #include "kernels/segment_copy.h"
 #include "kernels/work_division.h"
@@ -246,6 +251,131 @@ TEST(HostSimd, Bf16StoresEqualTheElementConversion) {
   }
 }
 #endif
+
+// The host fast branch's whole-slice rotation (host_slice_rotation.h) against the pair-chunk
+// element code, bit for bit: every dtype and both layouts, at half_dims with and without a
+// tail past the SIMD steps (bf16 converts 4 or 8 pairs a step).
+const std::int64_t kSliceHalfDims[] = {1, 3, 4, 5, 8, 12, 36, 256};
+
+// What the slice functions must leave alone: pairs of HostSlicePairs past the slice's, and
+// the elements after a slice written (a step of the SIMD forms is at most 16 elements).
+const float kUntouched = float_from_bits(0x7fc0dead);
+constexpr std::size_t kGuardElements = 16;
+
+template <class T>
+T element_of_bits(std::uint32_t bits) {
+  if constexpr (std::is_same_v<T, float>) return float_from_bits(bits);
+  else return T{static_cast<std::uint16_t>(bits)};
+}
+
+template <class T>
+std::uint32_t bits_of(T x) {
+  if constexpr (std::is_same_v<T, float>) return float_bits(x);
+  else return x.bits;
+}
+
+template <class Runs, class T>
+void expect_slice_reads_equal_the_element_code() {
+  std::mt19937 rng(11);
+  std::uint32_t next = 0;  // 16-bit types: every bit pattern in turn
+  for (PairLayout layout : {PairLayout::half, PairLayout::interleaved})
+    for (std::int64_t half_dim : kSliceHalfDims)
+      for (int round = 0; round < 64; ++round) {
+        std::vector<T> slice(static_cast<std::size_t>(2 * half_dim));
+        for (T& e : slice) e = element_of_bits<T>(sizeof(T) == 4 ? rng() : next++ & 0xffffu);
+        HostSlicePairs x;
+        std::fill(std::begin(x.u), std::end(x.u), kUntouched);
+        std::fill(std::begin(x.v), std::end(x.v), kUntouched);
+        read_slice<Runs>(slice.data(), layout, half_dim, x);
+        for (std::int64_t i = half_dim; i < kHostRopeMaxEmbDim / 2; ++i)
+          ASSERT_TRUE(float_bits(x.u[i]) == float_bits(kUntouched) &&
+                      float_bits(x.v[i]) == float_bits(kUntouched))
+              << "half_dim " << half_dim << ": pair " << i << " written past the slice's";
+        for (std::int64_t i = 0; i < half_dim; ++i) {
+          ASSERT_EQ(float_bits(x.u[i]),
+                    float_bits(load_element(slice.data(), u_position(layout, i, half_dim))))
+              << "half_dim " << half_dim << ", pair " << i;
+          ASSERT_EQ(float_bits(x.v[i]),
+                    float_bits(load_element(slice.data(), v_position(layout, i, half_dim))))
+              << "half_dim " << half_dim << ", pair " << i;
+        }
+      }
+}
+
+template <class Runs, class T>
+void expect_slice_writes_equal_the_element_code(int dropped_bits) {
+  const std::vector<std::uint32_t> floats = boundary_floats(dropped_bits);
+  std::size_t next = 0;
+  for (PairLayout layout : {PairLayout::half, PairLayout::interleaved})
+    for (std::int64_t half_dim : kSliceHalfDims)
+      for (int round = 0; round < 64; ++round) {
+        HostSlicePairs x;
+        for (std::int64_t i = 0; i < half_dim; ++i) {
+          x.u[i] = float_from_bits(floats[next++ % floats.size()]);
+          x.v[i] = float_from_bits(floats[next++ % floats.size()]);
+        }
+        // The slice, then elements that must stay as they are.
+        std::vector<T> slice(static_cast<std::size_t>(2 * half_dim + kGuardElements),
+                             element_of_bits<T>(0x7fc1u));
+        write_slice<Runs>(slice.data(), layout, half_dim, x);
+        for (std::size_t e = static_cast<std::size_t>(2 * half_dim); e < slice.size(); ++e)
+          ASSERT_EQ(bits_of(slice[e]), bits_of(element_of_bits<T>(0x7fc1u)))
+              << "half_dim " << half_dim << ": element " << e << " written past the slice";
+        for (std::int64_t i = 0; i < half_dim; ++i) {
+          ASSERT_EQ(bits_of(slice[u_position(layout, i, half_dim)]), bits_of(from_float<T>(x.u[i])))
+              << "half_dim " << half_dim << ", pair " << i << ", u 0x" << std::hex
+              << float_bits(x.u[i]);
+          ASSERT_EQ(bits_of(slice[v_position(layout, i, half_dim)]), bits_of(from_float<T>(x.v[i])))
+              << "half_dim " << half_dim << ", pair " << i << ", v 0x" << std::hex
+              << float_bits(x.v[i]);
+        }
+      }
+}
+
+template <class Runs>
+void expect_slice_conversions_equal_the_element_code() {
+  expect_slice_reads_equal_the_element_code<Runs, BFloat16>();
+  expect_slice_reads_equal_the_element_code<Runs, Half>();
+  expect_slice_reads_equal_the_element_code<Runs, float>();
+  expect_slice_writes_equal_the_element_code<Runs, BFloat16>(16);
+  expect_slice_writes_equal_the_element_code<Runs, Half>(13);
+  expect_slice_writes_equal_the_element_code<Runs, float>(16);
+}
+
+TEST(HostSlice, ConversionsEqualTheElementCode) {  // SSE2's forms on x86-64
+  expect_slice_conversions_equal_the_element_code<HostRuns>();
+}
+
+#if defined(MLAROPE_HOST_AVX2)
+TEST(HostSlice, Avx2ConversionsEqualTheElementCode) {
+  if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
+  expect_slice_conversions_equal_the_element_code<host::Avx2Runs>();
+}
+#endif
+
+TEST(HostSlice, RotationEqualsThePairChunkRotation) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> value(-4.0f, 4.0f);
+  for (std::int64_t half_dim : kSliceHalfDims) {
+    HostRowCoefficients k;
+    HostSlicePairs x;
+    for (std::int64_t i = 0; i < half_dim; ++i) {
+      k.cos_u[i] = value(rng), k.cos_v[i] = value(rng), k.p[i] = value(rng), k.q[i] = value(rng);
+      x.u[i] = value(rng), x.v[i] = value(rng);
+    }
+    const HostSlicePairs before = x;
+    rotate_slice(k, half_dim, x);
+    for (std::int64_t i = 0; i < half_dim; ++i) {
+      const PairChunk<1> y =
+          rotate(PairChunk<1>{{before.u[i]}, {before.v[i]}},
+                 PairCoefficients<1>{{k.cos_u[i]}, {k.cos_v[i]}, {k.p[i]}, {k.q[i]}});
+      ASSERT_EQ(float_bits(x.u[i]), float_bits(y.u[0]))
+          << "half_dim " << half_dim << ", pair " << i;
+      ASSERT_EQ(float_bits(x.v[i]), float_bits(y.v[0]))
+          << "half_dim " << half_dim << ", pair " << i;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace mlarope::kernels
