@@ -17,7 +17,8 @@ only in .gpu-deps/prefix (bash ci/gpu-deps.sh makes it), then runs, each step un
   cuda-bench        cuda_bench --graph (smoke set, short), with the copy-floor counters
   sweep             memory_sweep (occupancy x loads in flight x copy and in-place patterns) and
                     fit_timing_model --sweep: the timing model's constants refitted (printed)
-  ncu               Nsight Compute on in-place and out-of-place rope (DeepSeek-V3 bf16, T = 1K)
+  ncu               Nsight Compute on rope in and out of place (DeepSeek-V3 bf16, T = 1K) and
+                    on kv_split_backward at 16 heads (bf16, T = 1K)
   megatron-fused    megatron-core's fused MLA Triton kernels fuzzed through adapters/megatron
                     (the Python module built for the device's python3; needs torch and triton)
   properties        the property binaries again with MLAROPE_BACKEND=cuda
@@ -97,8 +98,8 @@ run_step ctest 240 step_ctest
 device_step cuda-bench 120 step_cuda_bench
 # The timing model's memory sweep and the refit it allows.
 device_step sweep 90 step_sweep
-# Nsight Compute on in-place and out-of-place rope.
-device_step ncu 90 step_ncu
+# Nsight Compute on rope in and out of place, and on kv_split_backward at 16 heads.
+device_step ncu 150 step_ncu
 # Megatron's fused MLA Triton kernels, fuzzed through the adapter (findings: their repro dirs).
 device_step megatron-fused $((fuzz_seconds + 150)) step_megatron_fused
 # The property binaries with MLAROPE_BACKEND=cuda (host in a dry run, a quarter of the cases).

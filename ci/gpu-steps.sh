@@ -316,21 +316,30 @@ step_sweep() {
   "$build/bench/fit_timing_model" --sweep "$logs/sweep.json" || return 1
 }
 
-# Nsight Compute on the slowest op (in-place rope) and on out-of-place rope, DeepSeek-V3 bf16
-# T = 1K: achieved occupancy, DRAM throughput and the warps' stall reasons of one launch each.
+# Nsight Compute, one launch each: the slowest op (in-place rope) and out-of-place rope,
+# DeepSeek-V3 bf16 T = 1K (achieved occupancy, DRAM throughput, the warps' stall reasons), and
+# kv_split_backward at 16 heads, whose first warp splits into lanes that sum the heads and
+# lanes that copy (the timing model does not see a warp's diverged paths: SourceCounters has
+# the divergent branches).
 step_ncu() {
-  local ncu op
+  local ncu op shape kernel log
   ncu=$(find_tool ncu) || fail "ncu not on PATH, in /usr/local/cuda/bin or in \$CUDA_HOME/bin" || return 1
-  for op in rope_inplace rope; do
-    "$ncu" --kernel-name regex:rope_kernel --launch-skip 2 --launch-count 1 \
+  while read -r op shape kernel; do
+    log="$logs/ncu-$op-${shape//\//-}.txt"
+    "$ncu" --kernel-name "regex:$kernel" --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      --section MemoryWorkloadAnalysis \
-      "$build/cuda_bench" --benchmark_filter="^$op/cuda/dsv3/sbhd/T1024/bf16" \
-      --benchmark_min_time=0.001 >"$logs/ncu-$op.txt" 2>&1 ||
-      fail "ncu on $op failed: $(tail -n 3 "$logs/ncu-$op.txt")" || return 1
-    grep -E 'DRAM Throughput|Achieved Occupancy|Duration' "$logs/ncu-$op.txt" | head -n 3
-  done
-  echo "ncu: ncu-rope_inplace.txt and ncu-rope.txt (occupancy, DRAM throughput, stall reasons)"
+      --section MemoryWorkloadAnalysis --section SourceCounters \
+      "$build/cuda_bench" --benchmark_filter="^$op/cuda/$shape" \
+      --benchmark_min_time=0.001 >"$log" 2>&1 ||
+      fail "ncu on $op $shape failed: $(tail -n 3 "$log")" || return 1
+    echo "$op $shape:"
+    grep -E 'DRAM Throughput|Achieved Occupancy|Duration|Divergent' "$log" | head -n 4
+  done <<'EOF'
+rope_inplace dsv3/sbhd/T1024/bf16 rope_kernel
+rope dsv3/sbhd/T1024/bf16 rope_kernel
+kv_split_backward small/sbhd/T1024/bf16 kv_split_backward_kernel
+EOF
+  echo "ncu: ncu-OP-SHAPE.txt (occupancy, DRAM throughput, stall reasons, divergent branches)"
 }
 
 # The Markdown and HTML report over the fuzz and benchmark JSON this run wrote.

@@ -214,6 +214,59 @@ MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> group_sum(const KvSplitBackwardKerne
   return sum;
 }
 
+/// Heads up to which a thread of the vector paths sums a pair chunk over every head itself
+/// (KvSplitBackwardRows::work_summed_by_chunk): two batches of kSumBatch loads.
+inline constexpr std::int64_t kChunkSumMaxHeads = std::int64_t{2} * kSumBatch;
+
+/// The head sum of pairs first .. first + kPairs - 1 of the key rope slices in kv_sum_groups'
+/// order, by one thread: group 0's heads (0, groups, 2 groups, ...) added from 0, then that
+/// partial sum added to the total, then group 1's, ... (group_sum and added_partial_sums give
+/// the same bits: a sum begun at +0 is never -0). Heads are loaded kSumBatch at a time, in
+/// that order.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> ordered_head_sum(const KvSplitBackwardKernelArgs& a,
+                                                             const T* grad_key, std::int64_t first,
+                                                             std::int64_t groups) {
+  const PairLayout layout = a.rotation.read_layout;
+  const std::int64_t half_dim = a.emb_dim / 2;
+  const T* slices = grad_key + a.k_dim;
+  PairChunk<kPairs> total = zero_pairs<kPairs>();
+  PairChunk<kPairs> partial = zero_pairs<kPairs>();
+  std::int64_t group = 0, head = 0;  // where the next batch starts
+  for (std::int64_t done = 0; done < a.heads; done += kSumBatch) {
+    RawVector<16> batch[kSumBatch] = {};
+    std::int64_t g = group, h = head;
+    MLAROPE_UNROLL
+    for (int j = 0; j < kSumBatch; ++j) {
+      if (done + j >= a.heads) break;
+      // SASS batch: kSumBatch (ci/sass_batches.py: loaded in one run)
+      batch[j] =
+          load_pair_bits<T, kPairs>(slices + h * a.grad_key.head_stride, layout, half_dim, first);
+      h = h + groups < a.heads ? h + groups : ++g;
+    }
+    // A slot past the last head holds zeros, and only the last batch has such slots: adding
+    // +0 leaves a sum begun at +0 as it was (such a sum is never -0), so every slot is added.
+    g = group, h = head;
+    MLAROPE_UNROLL
+    for (int j = 0; j < kSumBatch; ++j) {
+      add_pairs(partial, pairs_of_bits<T, kPairs>(batch[j], layout));
+      if (h + groups < a.heads) {
+        h += groups;
+        continue;
+      }
+      add_pairs(total, partial);  // group g's last head: its partial sum joins the total
+      partial = zero_pairs<kPairs>();
+      h = ++g;
+    }
+    group = g, head = h;
+    // Only the GPU model and the device run this path: the fast mode takes
+    // kv_split_backward_on_host up to emb_dim 512, and past it (65 chunks or more) its blocks,
+    // a thread per 256 items, have fewer threads than chunks unless k and v run to thousands.
+    MLAROPE_END_LOAD_BATCH();  // GCOVR_EXCL_BR_LINE: never without the model (above)
+  }
+  return total;
+}
+
 /// Pairs first .. first + kPairs - 1 of grad_k_pe from their head sum: rotated by the adjoint,
 /// or (a pass-through row) unrotated, positions kept.
 template <class T, int kPairs>
@@ -233,7 +286,8 @@ MLAROPE_HD MLAROPE_INLINE void store_grad_k_pe_chunk(const PairRotation& r, T* g
 /// (kv_sum_groups: chunks x groups work items, consecutive threads on consecutive chunks of one
 /// head, so a warp reads contiguous slices) into shared memory. Work: the partial sums added in
 /// group order, rotated by the adjoint (or passed through) into grad_k_pe. With one group
-/// (chunks > kKvSumSlots / 2, or one head) the work phase sums the heads itself.
+/// (chunks > kKvSumSlots / 2, or one head) the work phase sums the heads itself; with few heads
+/// (summed_by_chunk) it takes the whole row, a thread summing each chunk and the rest copying.
 template <class T, int kPairs>
 struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
   struct Shared {
@@ -246,6 +300,7 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
 
   MLAROPE_HD static void prepare(const KvSplitBackwardKernelArgs& a, const GridCoord& g,
                                  std::int64_t round, Shared& s) {
+    if (summed_by_chunk(a, g)) return;  // the work phase does it all
     const PositionArgs& p = a.positions;
     const std::int64_t row = row_of(a, g, round);
     const std::int64_t groups = kv_sum_groups(a.heads, chunks(a));
@@ -267,6 +322,8 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
                               std::int64_t round, const RowPlan& plan, Shared& s) {
     const PositionArgs& p = a.positions;
     const std::int64_t row = row_of(a, g, round);
+    if constexpr (kPairs == kVectorPairs<T>)
+      if (summed_by_chunk(a, g)) return work_summed_by_chunk(a, g, row, plan);
     const std::int64_t groups = kv_sum_groups(a.heads, chunks(a));
     const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
     T* grad_k_pe = row_pointer<T>(a.grad_k_pe, row, p.batch);
@@ -276,6 +333,40 @@ struct KvSplitBackwardRows : RowsOfBlock<KvSplitBackwardKernelArgs> {
                                         : group_sum<T, kPairs>(a, grad_key, c * kPairs, 0, 1);
       store_grad_k_pe_chunk<T, kPairs>(a.rotation, grad_k_pe, plan, a.emb_dim / 2, c * kPairs, sum);
     }
+  }
+
+  /// Whether the block's first chunks(a) threads each sum one pair chunk over every head and
+  /// the rest copy (work_summed_by_chunk): on the vector paths, for few heads (at most
+  /// kChunkSumMaxHeads) and a block with threads left for the copies.
+  MLAROPE_HD static bool summed_by_chunk(const KvSplitBackwardKernelArgs& a, const GridCoord& g) {
+    if constexpr (kPairs == kVectorPairs<T>)
+      return a.heads <= kChunkSumMaxHeads && chunks(a) < g.num_threads;
+    return false;
+  }
+
+  /// The whole row in the work phase, with no staging: thread c < chunks sums chunk c over
+  /// every head (ordered_head_sum) and writes grad_k_pe's chunk; the other threads copy grad_kv.
+  /// One phase with loads, where the staged sums take two (a phase's end waits for its slowest
+  /// warp).
+  MLAROPE_HD static void work_summed_by_chunk(const KvSplitBackwardKernelArgs& a,
+                                              const GridCoord& g, std::int64_t row,
+                                              const RowPlan& plan) {
+    const PositionArgs& p = a.positions;
+    const T* grad_key = row_pointer<T>(a.grad_key, row, p.batch);
+    const int summers = static_cast<int>(chunks(a));
+    if (g.thread >= summers) {
+      GridCoord copier = g;
+      copier.thread -= summers;
+      copier.num_threads -= summers;
+      copy_grad_kv_parts<T, kKvCopyBatch<kPairs>>(a, grad_key,
+                                                  row_pointer<T>(a.grad_value, row, p.batch),
+                                                  row_pointer<T>(a.grad_kv, row, p.batch), copier);
+      return;
+    }
+    const std::int64_t first = std::int64_t{g.thread} * kPairs;
+    store_grad_k_pe_chunk<T, kPairs>(
+        a.rotation, row_pointer<T>(a.grad_k_pe, row, p.batch), plan, a.emb_dim / 2, first,
+        ordered_head_sum<T, kPairs>(a, grad_key, first, kv_sum_groups(a.heads, chunks(a))));
   }
 
   /// Prepare: partial sum n = group x chunks + chunk into slot n.

@@ -108,6 +108,45 @@ TEST_P(KvSplitBackendTest, DimsOfEverySizeIncludingEmptyKeyAndValueParts) {
   check_all(both_directions(bases));
 }
 
+// kv_split_backward with few heads (at most kChunkSumMaxHeads) on the vector paths: a thread
+// sums each pair chunk over the heads while the block's other threads copy, unless no thread
+// is left over (as many pair chunks as threads, or more), where the staged sums take the row.
+// 2 heads with k and v of 16 make blocks of 32 threads; the slices give 30, 32 and 34 chunks
+// (2 pairs a chunk in f32, 4 in bf16). Then 16 and 11 heads of DeepSeek's dims. In the fast
+// mode, and on the host under the GPU model (the device paths).
+TEST_P(KvSplitBackendTest, FewHeadsWithAndWithoutThreadsLeftToCopy) {
+  std::vector<KvCase> cases;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const std::int64_t pairs_per_chunk = dtype == DType::f32 ? 2 : 4;
+    for (std::int64_t chunks : {30, 32, 34}) {
+      KvCase c;
+      c.dtype = dtype;
+      c.emb_dim = 2 * pairs_per_chunk * chunks;
+      c.k_dim = c.v_dim = 16;
+      c.heads = 2;
+      c.name = std::string(to_string(dtype)) + ", " + std::to_string(chunks) + " chunks";
+      cases.push_back(c);
+    }
+    for (std::int64_t heads : {16, 11}) {
+      KvCase c;
+      c.dtype = dtype;
+      c.emb_dim = 64;
+      c.k_dim = c.v_dim = 128;
+      c.heads = heads;
+      c.name = std::string(to_string(dtype)) + ", " + std::to_string(heads) + " heads";
+      cases.push_back(c);
+    }
+  }
+  for (KvCase& c : cases) {
+    c.backward = true;
+    c.rows.seq = 3;
+    EXPECT_TRUE(check_kv_case(c, backend(), 1)) << c.name;
+    if (backend() == BackendKind::host) {
+      EXPECT_TRUE(check_kv_case(c, backend(), 1, nullptr, true)) << c.name << ", GPU model";
+    }
+  }
+}
+
 TEST_P(KvSplitBackendTest, ThdCpPackedPositionIdsAndStrides) {
   std::vector<KvCase> bases;
   for (std::int64_t cp_size : {1, 2})

@@ -185,43 +185,77 @@ TEST(KvSumOrder, TheGpuModelSeesCoalescedPartialSums) {
   }
 }
 
-// Groups of at most kShortSumBatch heads take their own path, a thread's items loaded together
-// (stage_short_group_sums): the same order, bit for bit, in the fast mode and under the model.
-// f32: 16 heads (8 groups of 2), 20 (of 2 and 3), 5 (5 groups of one: 80 items over 32
-// threads, a thread's last batch short), and 8 heads with k and v of 512 (128 threads: one
-// item a thread, the rest of its batch past the partial sums' 128 slots).
+// kv_split_backward in f32 of shape `sh` on a host stream, under the GPU model or in the fast
+// mode: grad_k_pe is the grouped sum bit for bit, and not the groups added backwards. Returns
+// the model's figures of the launch (none in the fast mode).
+std::vector<ModelLaunchStats> expect_the_grouped_order(const KvShape& sh, bool gpu_model) {
+  const std::vector<float> grad_key = grad_key_values(sh);
+  const std::int64_t groups =
+      kernels::kv_sum_groups(sh.heads, kEmb / 2 / kernels::kVectorPairs<float>);
+  std::vector<std::int64_t> reversed = ascending(groups);
+  std::reverse(reversed.begin(), reversed.end());
+  Stream s = Stream::host({1, 2, gpu_model});
+  const std::vector<float> got = grad_k_pe_on(s, grad_key, DType::f32, sh);
+  EXPECT_EQ(mismatches(got, grad_key, groups, ascending(groups), sh), 0);
+  EXPECT_GT(mismatches(got, grad_key, groups, reversed, sh), 10);
+  return take_model_stats(s);
+}
+
+// Groups of at most kShortSumBatch heads, beyond kChunkSumMaxHeads heads, take their own path,
+// a thread's items loaded together (stage_short_group_sums): the same order, bit for bit, in
+// the fast mode and under the GPU model. f32: 20 heads (8 groups of 2 and 3), 17 (one group of
+// 3), 32 (4 each: one item a batch), and 20 heads with k and v of 512 (128 threads: one item a
+// thread).
 TEST(KvSumOrder, ShortGroupsKeepTheOrder) {
-  for (const KvShape& sh : {KvShape{16, kK}, KvShape{20, kK}, KvShape{5, kK}, KvShape{8, 512}}) {
+  for (const KvShape& sh : {KvShape{20, kK}, KvShape{17, kK}, KvShape{32, kK}, KvShape{20, 512}}) {
     SCOPED_TRACE(testing::Message() << sh.heads << " heads, k and v " << sh.kv_dim);
-    const std::vector<float> grad_key = grad_key_values(sh);
-    const std::int64_t groups =
-        kernels::kv_sum_groups(sh.heads, kEmb / 2 / kernels::kVectorPairs<float>);
-    ASSERT_LE(sh.heads, kernels::kShortSumBatch * groups);
-    std::vector<std::int64_t> reversed = ascending(groups);
-    std::reverse(reversed.begin(), reversed.end());
+    ASSERT_GT(sh.heads, kernels::kChunkSumMaxHeads);
+    ASSERT_LE(sh.heads,
+              kernels::kShortSumBatch *
+                  kernels::kv_sum_groups(sh.heads, kEmb / 2 / kernels::kVectorPairs<float>));
     for (bool gpu_model : {false, true}) {
       SCOPED_TRACE(gpu_model ? "GPU model" : "fast mode");
-      Stream s = Stream::host({1, 2, gpu_model});
-      const std::vector<float> got = grad_k_pe_on(s, grad_key, DType::f32, sh);
-      EXPECT_EQ(mismatches(got, grad_key, groups, ascending(groups), sh), 0);
-      EXPECT_GT(mismatches(got, grad_key, groups, reversed, sh), 10);
+      expect_the_grouped_order(sh, gpu_model);
     }
   }
 }
 
-// In bf16 at 16 heads every group is one head, and a block of 32 threads (16 work items a
-// thread: 16 x (16 + 16) copy pieces) waits for 2 batches of copies (8 pieces each), one of
-// partial sums (its 4 items together: 128 items over 32 threads) and one of coefficients:
-// 4 round trips. Loaded an item at a time the sums alone would take 4.
-TEST(KvSumOrder, ShortGroupsTakeOneRoundTrip) {
-  constexpr std::int64_t kShortHeads = 16;
+// At most kChunkSumMaxHeads heads, a thread sums a pair chunk over every head itself, in the
+// same order (ordered_head_sum), while the block's other threads copy: in f32 (8 groups at
+// most) 16 heads are 8 groups of 2, 11 are 3 of 2 and 5 of 1, and up to 8 every head is a
+// group; k and v of 512 give 128 threads. Each block's row then has one phase with loads
+// instead of two (the staged partial sums'), which the model's figures show.
+TEST(KvSumOrder, FewHeadsAreSummedAChunkAThreadInTheSameOrder) {
+  for (const KvShape& sh : {KvShape{16, kK}, KvShape{11, kK}, KvShape{8, kK}, KvShape{5, kK},
+                            KvShape{3, kK}, KvShape{16, 512}}) {
+    SCOPED_TRACE(testing::Message() << sh.heads << " heads, k and v " << sh.kv_dim);
+    ASSERT_LE(sh.heads, kernels::kChunkSumMaxHeads);
+    for (bool gpu_model : {false, true}) {
+      SCOPED_TRACE(gpu_model ? "GPU model" : "fast mode");
+      const std::vector<ModelLaunchStats> stats = expect_the_grouped_order(sh, gpu_model);
+      if (!gpu_model) continue;
+      ASSERT_EQ(stats.size(), 1u);
+      ASSERT_EQ(stats[0].blocks_run, kRows);  // a block a row: one round each
+      EXPECT_EQ(stats[0].load_phases, kRows) << "one phase with loads a row";
+      EXPECT_GE(stats[0].sector_efficiency(), 0.99);
+    }
+  }
+}
+
+// In bf16 at 16 heads a block has 32 threads (16 work items a thread: 16 x (16 + 16) copy
+// pieces): 8 sum the chunks, two batches of 8 heads then one of coefficients, and 24 copy,
+// two batches a part (k, v): 4 round trips, in one phase. Loaded a head at a time the sums
+// alone would take 16; staged in shared memory they took a second phase with loads.
+TEST(KvSumOrder, SixteenHeadsTakeFourRoundTripsInOnePhase) {
+  constexpr std::int64_t kFewHeads = 16;
   Stream s = Stream::host({1, 1, true});
-  grad_k_pe_on(s, grad_key_values({kShortHeads, kK}), DType::bf16, {kShortHeads, kK});
+  grad_k_pe_on(s, grad_key_values({kFewHeads, kK}), DType::bf16, {kFewHeads, kK});
   const std::vector<ModelLaunchStats> stats = take_model_stats(s);
   ASSERT_EQ(stats.size(), 1u);
   ASSERT_EQ(stats[0].threads, 32);
   ASSERT_GT(stats[0].blocks_run, 0);
   EXPECT_EQ(stats[0].round_trips, 4 * stats[0].blocks_run) << stats[0].kernel;
+  EXPECT_EQ(stats[0].load_phases, stats[0].blocks_run);
   EXPECT_EQ(stats[0].index_round_trips, 0);
 }
 
