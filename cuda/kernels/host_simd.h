@@ -92,7 +92,7 @@ struct Sse2Runs {
     const auto* bytes = static_cast<const unsigned char*>(p);
     for (std::int64_t i = 0; i < n; i += 8) {
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 2 * i));
-      _mm_storeu_ps(f + i, _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), x)));
+      _mm_storeu_ps(f + i, bf16x4_to_float(x));
       _mm_storeu_ps(f + i + 4, _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), x)));
     }
   }

@@ -596,6 +596,7 @@ TEST(FastMode, RopeGivesTheModelsBits) {
 
 TEST(FastMode, KvShapesGiveTheModelsBits) {
   expect_fast_mode_gives_the_models_bits(128, 64);  // DeepSeek-V3: the fast bodies
+  expect_fast_mode_gives_the_models_bits(16, 64);   // the model's head sums a chunk a thread
   expect_fast_mode_gives_the_models_bits(16,
                                          520);  // past the fast kv_split: device body, host ranges
 }

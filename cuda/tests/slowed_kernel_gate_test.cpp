@@ -19,6 +19,9 @@
 // slowed kernel, one that always does never passes the unchanged one). With
 // MLAROPE_GATE_TRIALS=N it runs N trials of one attempt each and prints the detection and
 // false-alarm rates, which must be at least 9 in 10 (docs/benchmarks.md has the figures).
+// Where no attempt succeeds and each one's unchanged kernel had an interval wider than the
+// 15% to resolve (something else loading the cores), it skips, saying so: such a measurement
+// cannot test the gate, and on a quiet machine a broken gate still fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,6 +49,9 @@ constexpr std::int64_t kElements = kS * kB * kH * (kNope + kEmb);
 constexpr int kRounds = 9;
 constexpr int kCalls = 8;
 constexpr int kAttempts = 3;
+// The width of the unchanged kernel's change interval past which a measurement cannot resolve
+// the 15% slowdown: on a quiet machine it was 1-12%, beside a build on both cores 28-190%.
+constexpr double kNoisyWidth = 0.15;
 const std::string kKey = "rope/host/gate/sbhd/T1024/bf16";
 
 // Minimum traffic of rope out of place (bench/shapes.cpp's model): read t, write out, read the
@@ -208,12 +214,19 @@ TEST(SlowedKernelGate, CatchesAKernelSlowedBy15PercentAndPassesTheUnchangedOne) 
     return;
   }
   Trial t;
+  bool always_noisy = true;  // every attempt's unchanged interval too wide to resolve 15%
   for (int attempt = 1; attempt <= kAttempts; ++attempt) {
     t = run_trial(bench);
     std::cout << "attempt " << attempt << ": slowdown x" << t.slowdown << "; slowed "
               << line(t.slowed) << "; unchanged " << line(t.unchanged) << "\n";
     if (caught(t.slowed) && passes(t.unchanged)) break;
+    const reports::RelativeChange& u = t.unchanged.keys.at(0).change_estimate;
+    always_noisy = always_noisy && u.upper - u.lower > kNoisyWidth;
   }
+  if (always_noisy && !(caught(t.slowed) && passes(t.unchanged)))
+    GTEST_SKIP() << "the machine is too noisy to test the gate: in each of " << kAttempts
+                 << " attempts the unchanged kernel's interval was wider than " << 100 * kNoisyWidth
+                 << "% (another load on the cores?)";
   EXPECT_TRUE(caught(t.slowed)) << "the slowed kernel passed the gate " << kAttempts << " times";
   EXPECT_TRUE(passes(t.unchanged))
       << "the unchanged kernel failed the gate " << kAttempts << " times";
