@@ -57,7 +57,7 @@ void run_rope_typed(const HostExecutor& e, const detail::RopeLaunch& l) {
 template <class T, int kPairs>
 void run_kv_split_typed(const HostExecutor& e, const detail::KvSplitLaunch& l) {
   if (!MLAROPE_DEVICE_PATHS() && l.args.emb_dim <= kHostKvMaxEmbDim)
-    return launch(e, l.grid, &kv_split_on_host<T, kPairs>, l.args);
+    return launch(e, l.grid, &kv_split_on_host<T>, l.args);
   launch_phased<RowRounds<KvSplitRows<T, kPairs>>>(e, l.grid, l.args);
 }
 

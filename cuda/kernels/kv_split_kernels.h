@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/freq_row.h"
+#include "kernels/host_slice_rotation.h"
 #include "kernels/kernel_args.h"
 #include "kernels/pair_rotation.h"
 #include "kernels/portability.h"
@@ -35,9 +36,10 @@ MLAROPE_HD MLAROPE_INLINE void copy_kv_parts(const KvSplitKernelArgs& a, const T
 inline constexpr std::int64_t kHostKvMaxEmbDim = 512;
 
 /// The host's fast mode of kv_split (KvSplitRows), shaped like the reference: thread 0 of each
-/// block takes the whole row, rotates its k_pe once, and writes each key and value head in one pass
-/// (k part, rotated slice, v part), each part one streaming copy.
-template <class T, int kPairs>
+/// block takes the whole row, rotates its k_pe once (as the fast rope rotates a slice,
+/// host_slice_rotation.h), and writes each key and value head in one pass (k part, rotated
+/// slice, v part), each part one streaming copy.
+template <class T>
 inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
   if (g.thread != 0) return;
   const PositionArgs& p = a.positions;
@@ -45,6 +47,9 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
   const std::int64_t half_dim = a.emb_dim / 2;
   const bool pass_all = call_passes_through(p, g);
   T slice[kHostKvMaxEmbDim];
+  static_assert(kHostKvMaxEmbDim <= kHostRopeMaxEmbDim, "a slice the slice functions can hold");
+  HostRowCoefficients coefficients;
+  HostSlicePairs pairs;
   const std::size_t k_bytes = static_cast<std::size_t>(a.k_dim) * sizeof(T);
   const std::size_t v_bytes = static_cast<std::size_t>(a.v_dim) * sizeof(T);
   const std::size_t slice_bytes = static_cast<std::size_t>(a.emb_dim) * sizeof(T);
@@ -54,11 +59,10 @@ inline void kv_split_on_host(const KvSplitKernelArgs& a, const GridCoord& g) {
     if (!plan.rotate) {  // pass through: k_pe unrotated, bit for bit
       std::memcpy(slice, k_pe, slice_bytes);
     } else {
-      for (std::int64_t first = 0; first < half_dim; first += kPairs)
-        store_pairs<T, kPairs>(slice, r.write_layout, half_dim, first,
-                               rotate(load_pairs<T, kPairs>(k_pe, r.read_layout, half_dim, first),
-                                      load_coefficients<kPairs>(r, plan.freq_row, half_dim,
-                                                                first)));
+      load_row_coefficients(r, plan.freq_row, half_dim, coefficients);
+      read_slice(k_pe, r.read_layout, half_dim, pairs);
+      rotate_slice(coefficients, half_dim, pairs);
+      write_slice(slice, r.write_layout, half_dim, pairs);
     }
     const T* kv = row_pointer<T>(a.kv, row, p.batch);
     T* key = row_pointer<T>(a.key, row, p.batch);

@@ -452,75 +452,8 @@ INSTANTIATE_TEST_SUITE_P(Dsv3, CanonicalLaunch,
 namespace mlarope::test {
 namespace {
 
-// bf16 bits of finite values in about [-4, 4], from a fixed seed.
-std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
-  std::vector<std::uint16_t> v(n);
-  std::uint32_t x = seed;
-  for (std::uint16_t& e : v) {
-    x = x * 1664525u + 1013904223u;
-    e = static_cast<std::uint16_t>(0x3C00u + ((x >> 8) % 0x0300u)) |
-        static_cast<std::uint16_t>((x >> 31) << 15);
-  }
-  return v;
-}
-
-// The host's fast mode has bodies of its own (thread 0 takes a row, one memcpy per part), and
-// beyond them (kv_split with emb_dim > 512) runs the device bodies with its own share of work:
-// one contiguous (head, item) range per thread, which with many heads and long k and v parts
-// starts and ends inside heads. Both must give the GPU model's bits (the device code path), for
-// kv_split and kv_split_backward.
-void expect_fast_mode_gives_the_models_bits(std::int64_t H, std::int64_t E) {
-  constexpr std::int64_t S = 4, B = 2, K = 128, V = 128;
-  SCOPED_TRACE("H = " + std::to_string(H) + ", emb " + std::to_string(E));
-  const std::vector<std::uint16_t> kv = random_bf16(S * B * H * (K + V), 1),
-                                   k_pe = random_bf16(S * B * E, 2);
-  const std::vector<std::uint16_t> grad_key = random_bf16(S * B * H * (K + E), 3),
-                                   grad_value = random_bf16(S * B * H * V, 4);
-  std::vector<float> cos(S * E), sin(S * E);
-  for (std::size_t i = 0; i < cos.size(); ++i)
-    cos[i] = 0.6f + 0.001f * static_cast<float>(i % 97), sin[i] = 0.8f;
-  struct Outputs {
-    std::vector<std::uint16_t> key, value, grad_kv, grad_k_pe;
-  };
-  auto run = [&](bool gpu_model) {
-    Outputs o{std::vector<std::uint16_t>(S * B * H * (K + E)),
-              std::vector<std::uint16_t>(S * B * H * V),
-              std::vector<std::uint16_t>(S * B * H * (K + V)),
-              std::vector<std::uint16_t>(S * B * E)};
-    HostStreamOptions options;
-    options.gpu_model = gpu_model;
-    Stream stream = Stream::host(options);
-    KvSplitArgs a;
-    a.k_dim = K, a.v_dim = V, a.emb_dim = E;
-    a.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {S, E});
-    a.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {S, E});
-    kv_split(KvSplitCall{contiguous_view<const void>(kv.data(), DType::bf16, {S, B, H, K + V}),
-                         contiguous_view<const void>(k_pe.data(), DType::bf16, {S, B, 1, E}),
-                         contiguous_view<void>(o.key.data(), DType::bf16, {S, B, H, K + E}),
-                         contiguous_view<void>(o.value.data(), DType::bf16, {S, B, H, V}), a},
-             stream);
-    kv_split_backward(
-        KvSplitBackwardCall{
-            contiguous_view<const void>(grad_key.data(), DType::bf16, {S, B, H, K + E}),
-            contiguous_view<const void>(grad_value.data(), DType::bf16, {S, B, H, V}),
-            contiguous_view<void>(o.grad_kv.data(), DType::bf16, {S, B, H, K + V}),
-            contiguous_view<void>(o.grad_k_pe.data(), DType::bf16, {S, B, 1, E}), a},
-        stream);
-    stream.synchronize();
-    return o;
-  };
-  const Outputs model = run(true), fast = run(false);
-  EXPECT_EQ(fast.key, model.key);
-  EXPECT_EQ(fast.value, model.value);
-  EXPECT_EQ(fast.grad_kv, model.grad_kv);
-  EXPECT_EQ(fast.grad_k_pe, model.grad_k_pe);
-}
-
-// rope's fast body (rope_on_host: whole slices, SIMD conversions for bf16) against the GPU
-// model's device bodies: in place and out of place, forward and backward, every pair of
-// layouts, every dtype, at emb_dims whose half has a tail past the SIMD steps (72: 36 pairs,
-// 10: 5) and none (64).
-// T: float, or std::uint16_t holding f16 or bf16 bits (about +-1 in either).
+// n elements from a fixed seed. T: float, or std::uint16_t holding f16 or bf16 bits (about
+// +-1 in either).
 template <class T>
 std::vector<T> random_elements(std::size_t n, std::uint32_t seed) {
   std::vector<T> v(n);
@@ -540,6 +473,64 @@ std::uint32_t element_bits(float x) {
 }
 std::uint32_t element_bits(std::uint16_t x) { return x; }
 
+// The host's fast mode has bodies of its own (thread 0 takes a row, one memcpy per part), and
+// beyond them (kv_split with emb_dim > 512) runs the device bodies with its own share of work:
+// one contiguous (head, item) range per thread, which with many heads and long k and v parts
+// starts and ends inside heads. Both must give the GPU model's bits (the device code paths,
+// kv_split_backward's head sums among them), for kv_split and kv_split_backward, in every
+// dtype and pair of layouts.
+template <class T>
+void expect_fast_kv_gives_the_models_bits(DType dtype, std::int64_t H, std::int64_t E,
+                                          PairLayout in, PairLayout out) {
+  constexpr std::int64_t S = 4, B = 2, K = 128, V = 128;
+  SCOPED_TRACE(std::string(to_string(dtype)) + ", H = " + std::to_string(H) + ", emb " +
+               std::to_string(E) + ", layouts " + std::string(to_string(in)) + " -> " +
+               std::string(to_string(out)));
+  const std::vector<T> kv = random_elements<T>(S * B * H * (K + V), 1),
+                       k_pe = random_elements<T>(S * B * E, 2),
+                       grad_key = random_elements<T>(S * B * H * (K + E), 3),
+                       grad_value = random_elements<T>(S * B * H * V, 4);
+  std::vector<float> cos(S * E), sin(S * E);
+  for (std::size_t i = 0; i < cos.size(); ++i)
+    cos[i] = 0.6f + 0.001f * static_cast<float>(i % 97), sin[i] = 0.8f;
+  auto run = [&](bool gpu_model) {
+    std::vector<std::vector<T>> o{std::vector<T>(S * B * H * (K + E)),
+                                  std::vector<T>(S * B * H * V),
+                                  std::vector<T>(S * B * H * (K + V)), std::vector<T>(S * B * E)};
+    HostStreamOptions options;
+    options.gpu_model = gpu_model;
+    Stream stream = Stream::host(options);
+    KvSplitArgs a;
+    a.k_dim = K, a.v_dim = V, a.emb_dim = E;
+    a.rotation.in_layout = in, a.rotation.out_layout = out;
+    a.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {S, E});
+    a.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {S, E});
+    kv_split(KvSplitCall{contiguous_view<const void>(kv.data(), dtype, {S, B, H, K + V}),
+                         contiguous_view<const void>(k_pe.data(), dtype, {S, B, 1, E}),
+                         contiguous_view<void>(o[0].data(), dtype, {S, B, H, K + E}),
+                         contiguous_view<void>(o[1].data(), dtype, {S, B, H, V}), a},
+             stream);
+    kv_split_backward(
+        KvSplitBackwardCall{contiguous_view<const void>(grad_key.data(), dtype, {S, B, H, K + E}),
+                            contiguous_view<const void>(grad_value.data(), dtype, {S, B, H, V}),
+                            contiguous_view<void>(o[2].data(), dtype, {S, B, H, K + V}),
+                            contiguous_view<void>(o[3].data(), dtype, {S, B, 1, E}), a},
+        stream);
+    stream.synchronize();
+    return o;
+  };
+  const auto model = run(true), fast = run(false);
+  const char* names[] = {"key", "value", "grad_kv", "grad_k_pe"};
+  for (std::size_t i = 0; i < model.size(); ++i)
+    for (std::size_t e = 0; e < model[i].size(); ++e)
+      ASSERT_EQ(element_bits(fast[i][e]), element_bits(model[i][e]))
+          << names[i] << ", element " << e;
+}
+
+// rope's fast body (rope_on_host: whole slices, SIMD conversions for bf16) against the GPU
+// model's device bodies: in place and out of place, forward and backward, every pair of
+// layouts, every dtype, at emb_dims whose half has a tail past the SIMD steps (72: 36 pairs,
+// 10: 5) and none (64).
 template <class T>
 void expect_fast_rope_gives_the_models_bits(DType dtype, std::int64_t E, PairLayout in,
                                             PairLayout out) {
@@ -594,11 +585,17 @@ TEST(FastMode, RopeGivesTheModelsBits) {
       }
 }
 
+// DeepSeek-V3 (the fast bodies; the model's staged head sums), 16 heads (the model's head sums
+// a chunk a thread), and past the fast bodies (emb 520: device bodies, host ranges).
 TEST(FastMode, KvShapesGiveTheModelsBits) {
-  expect_fast_mode_gives_the_models_bits(128, 64);  // DeepSeek-V3: the fast bodies
-  expect_fast_mode_gives_the_models_bits(16, 64);   // the model's head sums a chunk a thread
-  expect_fast_mode_gives_the_models_bits(16,
-                                         520);  // past the fast kv_split: device body, host ranges
+  for (const auto& [heads, emb] :
+       {std::pair<std::int64_t, std::int64_t>{128, 64}, {16, 64}, {16, 520}})
+    for (PairLayout in : {PairLayout::interleaved, PairLayout::half})
+      for (PairLayout out : {PairLayout::interleaved, PairLayout::half}) {
+        expect_fast_kv_gives_the_models_bits<std::uint16_t>(DType::bf16, heads, emb, in, out);
+        expect_fast_kv_gives_the_models_bits<std::uint16_t>(DType::f16, heads, emb, in, out);
+        expect_fast_kv_gives_the_models_bits<float>(DType::f32, heads, emb, in, out);
+      }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // kv_split_backward's f32 head sums follow the one documented order (kv_sum_groups in
 // kernels/kv_split_kernels.h: heads dealt into G groups, each summed in head order, the
 // partial sums added in group order), bit for bit, in the host's fast mode and under the GPU
-// model (the device code path: partial sums in shared memory between two phases). The inputs
+// model (the device code paths: partial sums in shared memory between two phases, or, for few
+// heads, a thread's own sum of a pair chunk over every head). The inputs
 // are chosen so that a different order (plain head order, groups added in another order)
 // gives different bits, and the tables are the identity (cos 1, sin 0), so grad_k_pe is the
 // sum itself.
