@@ -4,7 +4,11 @@
 #pragma once
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <string>
+
+#include "mlarope/error.h"
 
 namespace mlarope::bench {
 
@@ -17,6 +21,15 @@ inline bool take_flag(int& argc, char** argv, const std::string& flag) {
       return true;
     }
   return false;
+}
+
+/// The whole text of a file a flag names; an Error that names it when it cannot be read.
+inline std::string read_named_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace mlarope::bench

@@ -151,6 +151,13 @@ struct ModelFigures {
   std::int64_t largest_batch_bytes = 0;  ///< over the launches' threads
 };
 
+// The device the model tables predict: the carried H200 profile, or the one `--profile=FILE`
+// names (a refit that `fit_timing_model --sweep` wrote, say), read before any prediction.
+DeviceProfile& model_device() {
+  static DeviceProfile device = device_profile("h200");
+  return device;
+}
+
 const ModelFigures& model_figures(BenchOp op, const Shape& shape, Fixture& fixture) {
   static std::map<std::string, ModelFigures> cache;
   const std::string key = to_string(op) + "/" + shape_label(shape);
@@ -159,7 +166,7 @@ const ModelFigures& model_figures(BenchOp op, const Shape& shape, Fixture& fixtu
       harness::host_backend(0, harness::HostMode::gpu_model,
                             std::max<std::int64_t>(1, shape.tokens / 64));
   make_call(op, fixture, model)();
-  static const DeviceProfile h200 = device_profile("h200");
+  const DeviceProfile& h200 = model_device();
   ModelLaunchStats total;
   ModelFigures f;
   for (const ModelLaunchStats& s : model.take_model_stats()) {
@@ -474,7 +481,7 @@ ModelTarget model_target(const Shape& shape) {
 // the kernels against a copy of the same bytes, with occupancy, bytes in flight and waves, and
 // whether it meets model_target; a Markdown table on stdout. Exit status 1 when a row misses.
 int run_model_table(bool full, const std::string& json_path) {
-  const DeviceProfile h200 = device_profile("h200");
+  const DeviceProfile& h200 = model_device();
   std::string json = "[";
   std::printf("| op | shape | model us | copy us | model / copy | floor fraction | blocks/SM "
               "(limit) | KiB in flight/SM | waves | round trips | target | meets |\n"
@@ -567,6 +574,8 @@ int main(int argc, char** argv) {
   }
   if (take_flag(argc, argv, "--model-table")) {
     try {
+      if (const std::string profile = take_value(argc, argv, "--profile"); !profile.empty())
+        model_device() = parse_device_profile(read_named_file(profile));
       return run_model_table(full, take_value(argc, argv, "--json"));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mlarope_bench: error: %s\n", e.what());
@@ -591,12 +600,13 @@ int main(int argc, char** argv) {
         "  once under the host backend's GPU model against the fast mode's median of 5; a "
         "Markdown\n"
         "  table; exit status 1 when the model takes more than 50 times the fast mode\n"
-        "mlarope_bench --model-table [--full] [--json=FILE]\n"
+        "mlarope_bench --model-table [--full] [--json=FILE] [--profile=FILE]\n"
         "  the timing model's H200 time of each op and shape against a copy of the same bytes,\n"
         "  with occupancy, KiB in flight per SM and waves; a Markdown table (and with --json the\n"
         "  rows, each with its CUDA kernel and largest batch of loads); exit status 1 when\n"
         "  a row misses its target (DeepSeek-V3: <= 1.10x the copy, >= 0.85 of the floor at\n"
-        "  T >= 4K; H = 16: <= 1.25x)\n");
+        "  T >= 4K; H = 16: <= 1.25x); --profile: a device profile (JSON, as in\n"
+        "  cuda/host/devices/h200.json) in place of the carried one\n");
     return 0;
   }
   copy_bandwidth();  // measured before the context is written, which names it

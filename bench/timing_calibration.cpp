@@ -3,12 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "backends/device_backend.h"
 #include "bench_calls.h"
+#include "command_line.h"
 #include "mlarope/error.h"
 #include "shapes.h"
 
@@ -16,14 +15,6 @@ namespace mlarope::bench {
 namespace {
 
 constexpr std::int64_t kBlockStride = 16;  // a sample of 64 to 256 blocks of each launch
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 BenchOp op_named(const std::string& name) {
   for (BenchOp op : {BenchOp::rope, BenchOp::rope_inplace, BenchOp::rope_backward,
@@ -79,9 +70,9 @@ ModelLaunchStats stats_from(const nlohmann::json& j) {
 
 std::vector<CalibrationRow> calibration_rows(const std::string& devices_dir) {
   const nlohmann::json measured =
-      nlohmann::json::parse(read_file(devices_dir + "/h200.calibration.json"));
+      nlohmann::json::parse(read_named_file(devices_dir + "/h200.calibration.json"));
   const std::vector<KernelResource> ptxas =
-      parse_ptxas(read_file(devices_dir + "/h200.calibration.ptxas.txt"));
+      parse_ptxas(read_named_file(devices_dir + "/h200.calibration.ptxas.txt"));
   std::vector<CalibrationRow> rows;
   for (const nlohmann::json& m : measured.at("rows")) {
     CalibrationRow row;
@@ -105,7 +96,7 @@ std::vector<CalibrationRow> calibration_rows(const std::string& devices_dir) {
 
 void record_calibration_model(const std::string& devices_dir) {
   const std::string path = devices_dir + "/h200.calibration.json";
-  nlohmann::json measured = nlohmann::json::parse(read_file(path));
+  nlohmann::json measured = nlohmann::json::parse(read_named_file(path));
   for (nlohmann::json& m : measured.at("rows")) {
     const BenchOp op = op_named(m.at("op").get<std::string>());
     const Shape shape = shape_labelled(m.at("shape").get<std::string>());

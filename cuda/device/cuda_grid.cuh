@@ -16,7 +16,7 @@ inline constexpr int kMaxThreadsPerBlock = 128;
 /// batches of loads (kCopyBatch) need more registers, and the timing model weighs the two
 /// (docs/kernels.md). Each kernel takes the top of the lowest tier at which none of its
 /// instances spills; build/ptxas.txt has what each one uses.
-/// kRegisterCap: the bodies without batches (staged and whole-slice rope).
+/// kRegisterCap: the bodies without batches (whole-slice rope).
 inline constexpr int kRegisterCap = 80;
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12040
 #define MLAROPE_REGISTER_CAP(registers) __maxnreg__(registers)

@@ -12,11 +12,14 @@ using namespace mlarope::kernels;
 using detail::RopeVariant;
 
 /// Registers of a rope kernel (cuda_grid.cuh): kRegisterCap, and 96 for the chunked bodies,
-/// whose batches of 8 copied vectors and 4 rotated chunks spill at 80.
+/// whose batches of 8 copied vectors and 4 rotated chunks spill at 80, and for the staged
+/// body, whose batch of 8 chunks and a pair chunk's coefficients spill at 80.
 template <class Work>
 inline constexpr int kRopeRegisters = kRegisterCap;
 template <class T, int kPairs>
 inline constexpr int kRopeRegisters<RopeChunkedRows<T, kPairs>> = 96;
+template <class T>
+inline constexpr int kRopeRegisters<RopeStagedRounds<T>> = 96;
 
 template <class Work>
 __global__ void MLAROPE_REGISTER_CAP(kRopeRegisters<Work>) rope_kernel(const RopeKernelArgs a) {

@@ -67,6 +67,37 @@ struct PairCoefficients {
   float q[kPairs];
 };
 
+/// The coefficients of kSlots pair chunks in a block's shared memory, float by float through
+/// shared_load / shared_store (a whole PairCoefficients is wider than any one access).
+template <int kPairs, std::int64_t kSlots>
+struct SharedCoefficients {
+  float cos_u[kSlots][kPairs];
+  float cos_v[kSlots][kPairs];
+  float p[kSlots][kPairs];
+  float q[kSlots][kPairs];
+
+  MLAROPE_HD void store(std::int64_t n, const PairCoefficients<kPairs>& k) {
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) {
+      shared_store(&cos_u[n][j], k.cos_u[j]);
+      shared_store(&cos_v[n][j], k.cos_v[j]);
+      shared_store(&p[n][j], k.p[j]);
+      shared_store(&q[n][j], k.q[j]);
+    }
+  }
+  MLAROPE_HD PairCoefficients<kPairs> load(std::int64_t n) {
+    PairCoefficients<kPairs> k;
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) {
+      k.cos_u[j] = shared_load(&cos_u[n][j]);
+      k.cos_v[j] = shared_load(&cos_v[n][j]);
+      k.p[j] = shared_load(&p[n][j]);
+      k.q[j] = shared_load(&q[n][j]);
+    }
+    return k;
+  }
+};
+
 /// Positions of logical pair i in a slice of `half_dim` pairs.
 MLAROPE_HD MLAROPE_INLINE std::int64_t u_position(PairLayout layout, std::int64_t i,
                                                   std::int64_t half_dim) {

@@ -21,8 +21,11 @@ namespace mlarope::kernels {
 
 /// Largest emb_dim of the staged in-place body (a round holds at least one whole slice).
 inline constexpr std::int64_t kStagedMaxEmbDim = 512;
-/// Pair chunks that one round of the staged body holds in shared memory.
-inline constexpr std::int64_t kStagedChunks = 512;
+/// Pair chunks (16 bytes each) that one round of the staged body holds in shared memory: a
+/// DeepSeek-V3 row of 128 heads in f16/bf16, half of one in f32.
+inline constexpr std::int64_t kStagedChunks = 1024;
+/// Chunks a thread of the staged body loads before it stages any (a round over 128 threads).
+inline constexpr int kStagedBatch = 8;
 
 /// Head groups of a row: how many threads share one pair chunk (each loops over its heads).
 /// chunks >= 1: emb_dim >= 2 (validated), a multiple of 8 on the vector paths.
@@ -207,17 +210,23 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t head
 }
 
 /// In place with read_layout != write_layout, vector-ready, emb_dim <= kStagedMaxEmbDim (a
-/// RowRounds work). Each round of a block takes whole rope slices of one row (at most
-/// kStagedChunks pair chunks): prepare reads every chunk into shared memory, work writes the
-/// rotated chunks in the write layout. Consecutive threads take consecutive chunks of a slice,
-/// so a warp reads and writes contiguous memory; no element is written before every chunk of
-/// its slice was read (docs/architecture.md rule 3). A pass-through row is read and left untouched.
+/// RowRounds work that plans ahead). Each round of a block takes whole rope slices of one row
+/// (at most kStagedChunks pair chunks): prepare, which has the row's plan, loads every chunk in
+/// batches of kStagedBatch and the row's coefficients of each pair chunk of a slice with the
+/// first batch, into shared memory; work writes the rotated chunks in the write layout and
+/// loads nothing from global memory, so a round waits for one batch of loads. Consecutive
+/// threads take consecutive chunks of a slice, so a warp reads and writes contiguous memory; no
+/// element is written before every chunk of its slice was read (docs/architecture.md rule 3).
+/// A pass-through row is neither read nor written.
 template <class T>
 struct RopeStagedRounds {
   using Args = RopeKernelArgs;
   static constexpr int kPairs = kVectorPairs<T>;
+  static constexpr bool kPlansAhead = true;
+  static constexpr std::int64_t kMaxSliceChunks = kStagedMaxEmbDim / 2 / kPairs;
   struct Shared {
-    SharedChunks<kPairs, kStagedChunks> staged;  ///< the round's chunks, as read
+    RawVector<16> staged[kStagedChunks];                       ///< the round's chunks, as read
+    SharedCoefficients<kPairs, kMaxSliceChunks> coefficients;  ///< by pair chunk of a slice
   };
 
   MLAROPE_HD static std::int64_t chunks(const RopeKernelArgs& a) { return a.emb_dim / 2 / kPairs; }
@@ -253,52 +262,78 @@ struct RopeStagedRounds {
   MLAROPE_HD static bool reports(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round) {
     return first_head_of(a, g, round) == 0;
   }
+  /// The round's slices in the tensor (row pointer, past the nope part and earlier rounds).
+  MLAROPE_HD static T* slices_of(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round) {
+    return row_pointer<T>(a.out, row_of(a, g, round), a.positions.batch) + a.nope_dim +
+           first_head_of(a, g, round) * a.out.head_stride;
+  }
+  /// The round's pair chunks.
+  MLAROPE_HD static std::int64_t items_of(const RopeKernelArgs& a, const GridCoord& g,
+                                          std::int64_t round) {
+    return heads_of(a, first_head_of(a, g, round)) * chunks(a);
+  }
 
+  /// The round's chunks and the row's coefficients into shared memory. Thread c < chunks loads
+  /// the coefficients of the slices' pair chunk c before its first batch (threads beyond the
+  /// block's, where a profile gives fewer threads than chunks, after it).
   MLAROPE_HD static void prepare(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round,
-                                 Shared& s) {
-    const std::int64_t row = row_of(a, g, round);
-    const std::int64_t first_head = first_head_of(a, g, round);
-    const std::int64_t heads = heads_of(a, first_head);
-    stage_chunks(a, g, row, first_head, heads * chunks(a), s);
+                                 const RowPlan& plan, Shared& s) {
+    if (!plan.rotate) return;  // in place: a pass-through row is left untouched
+    const std::int64_t half_dim = a.emb_dim / 2;
+    const bool coefficient_thread = g.thread < chunks(a);
+    PairCoefficients<kPairs> k{};
+    if (coefficient_thread)
+      k = load_coefficients<kPairs>(a.rotation, plan.freq_row, half_dim, g.thread * kPairs);
+    stage_chunks(a, g, slices_of(a, g, round), items_of(a, g, round), s);
+    if (coefficient_thread) s.coefficients.store(g.thread, k);
+    for (std::int64_t c = g.thread + g.num_threads; c < chunks(a); c += g.num_threads)
+      s.coefficients.store(c, load_coefficients<kPairs>(a.rotation, plan.freq_row, half_dim,
+                                                        c * kPairs));
   }
 
   MLAROPE_HD static void work(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round,
                               const RowPlan& plan, Shared& s) {
-    if (!plan.rotate) return;  // in place: a pass-through row is left untouched
-    const std::int64_t first_head = first_head_of(a, g, round);
-    rotate_chunks(a, g, plan.freq_row, row_of(a, g, round), first_head,
-                  heads_of(a, first_head) * chunks(a), s);
+    if (!plan.rotate) return;
+    rotate_chunks(a, g, slices_of(a, g, round), items_of(a, g, round), s);
   }
 
-  /// Phase 0: chunk n of the round (slice first_head + item / chunks) into shared memory.
-  MLAROPE_HD static void stage_chunks(const RopeKernelArgs& a, const GridCoord& g, std::int64_t row,
-                                      std::int64_t first_head, std::int64_t items, Shared& s) {
+  /// Prepare: chunk n of the round (slice n / chunks) into shared memory, kStagedBatch chunks
+  /// of a thread loaded before any is stored.
+  MLAROPE_HD static void stage_chunks(const RopeKernelArgs& a, const GridCoord& g, const T* slices,
+                                      std::int64_t items, Shared& s) {
     const std::int64_t half_dim = a.emb_dim / 2;
-    const T* staged =
-        row_pointer<T>(a.out, row, a.positions.batch) + a.nope_dim + first_head * a.out.head_stride;
-    for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
-      const std::int64_t head = quotient(n, chunks(a));
-      const std::int64_t first = (n - head * chunks(a)) * kPairs;
-      s.staged.store(n, load_pairs<T, kPairs>(staged + head * a.out.head_stride,
-                                              a.rotation.read_layout, half_dim, first));
+    for (std::int64_t base = g.thread; base < items; base += kStagedBatch * g.num_threads) {
+      RawVector<16> batch[kStagedBatch] = {};
+      MLAROPE_UNROLL
+      for (int j = 0; j < kStagedBatch; ++j) {
+        const std::int64_t n = base + j * g.num_threads;
+        if (n >= items) break;
+        const std::int64_t head = quotient(n, chunks(a));
+        // SASS batch: kStagedBatch (ci/sass_batches.py: loaded in one run)
+        batch[j] =
+            load_pair_bits<T, kPairs>(slices + head * a.out.head_stride, a.rotation.read_layout,
+                                      half_dim, (n - head * chunks(a)) * kPairs);
+      }
+      MLAROPE_UNROLL
+      for (int j = 0; j < kStagedBatch; ++j) {
+        const std::int64_t n = base + j * g.num_threads;
+        if (n >= items) break;
+        shared_store(&s.staged[n], batch[j]);
+      }
     }
   }
 
-  /// Phase 1: the rotated chunks from shared memory into the write layout.
-  MLAROPE_HD static void rotate_chunks(const RopeKernelArgs& a, const GridCoord& g,
-                                       std::int64_t freq_row, std::int64_t row,
-                                       std::int64_t first_head, std::int64_t items, Shared& s) {
-    const PositionArgs& p = a.positions;
+  /// Work: the rotated chunks from shared memory into the write layout.
+  MLAROPE_HD static void rotate_chunks(const RopeKernelArgs& a, const GridCoord& g, T* slices,
+                                       std::int64_t items, Shared& s) {
     const std::int64_t half_dim = a.emb_dim / 2;
-    T* slices = row_pointer<T>(a.out, row, p.batch) + a.nope_dim;
     for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
       const std::int64_t head = quotient(n, chunks(a));
-      const std::int64_t first = (n - head * chunks(a)) * kPairs;
-      const PairChunk<kPairs> held = s.staged.load(n);
-      const PairCoefficients<kPairs> coefficients =
-          load_coefficients<kPairs>(a.rotation, freq_row, half_dim, first);
-      store_pairs<T, kPairs>(slices + (first_head + head) * a.out.head_stride,
-                             a.rotation.write_layout, half_dim, first, rotate(held, coefficients));
+      const std::int64_t chunk = n - head * chunks(a);
+      const PairChunk<kPairs> held =
+          pairs_of_bits<T, kPairs>(shared_load(&s.staged[n]), a.rotation.read_layout);
+      store_pairs<T, kPairs>(slices + head * a.out.head_stride, a.rotation.write_layout, half_dim,
+                             chunk * kPairs, rotate(held, s.coefficients.load(chunk)));
     }
   }
 };

@@ -19,22 +19,30 @@ namespace mlarope::kernels {
 ///     into shared memory, copies), while thread 0 plans the row (in round 0 it first
 ///     combines the gate's verdict);
 ///   work (phase 2r + 2): Work::work with the plan.
-/// Work provides Args, Shared, rounds(a, g) (this block's), row_of(a, g, round),
+/// Where Work::kPlansAhead, each round's plan is made a phase before its prepare, which then
+/// takes the plan and loads what it names (the table's coefficients) with the round's data,
+/// leaving the work phase no load to wait for: thread 0 plans round 0 in phase 1 alone, then
+/// round r has prepare (phase 2r + 2) and work (phase 2r + 3), in which thread 0 plans round
+/// r + 1. The plans of two consecutive rounds are kept (slots by the round's parity).
+/// Work provides Args, Shared, kPlansAhead, rounds(a, g) (this block's), row_of(a, g, round),
 /// reports(a, g, round) (the round that raises its row's status bits), prepare and work.
 template <class Work>
 struct RowRounds {
   using Args = typename Work::Args;
+  /// Plans kept: the round's, and where Work plans ahead the next round's.
+  static constexpr int kPlanSlots = Work::kPlansAhead ? 2 : 1;
   struct Shared {
     typename Work::Shared work;
-    DeviceStatus gate[kGateSlots];  ///< check_sequences' bits, one slot per checking thread
-    std::int64_t freq_row;          ///< the round's row plan, made by thread 0
-    std::int32_t rotate;
+    DeviceStatus gate[kGateSlots];      ///< check_sequences' bits, one slot per checking thread
+    std::int64_t freq_row[kPlanSlots];  ///< the round's row plan (by parity), by thread 0
+    std::int32_t rotate[kPlanSlots];
     std::int32_t closed;  ///< the gate's verdict, by thread 0 in round 0
   };
 
   MLAROPE_HD static std::int64_t phases(const Args& a, const GridCoord& g) {
     const std::int64_t rounds = Work::rounds(a, g);
-    return rounds > 0 ? 1 + 2 * rounds : 0;
+    if (rounds == 0) return 0;
+    return (Work::kPlansAhead ? 2 : 1) + 2 * rounds;
   }
 
   MLAROPE_HD static void phase(const Args& a, const GridCoord& g, std::int64_t index, Shared& s) {
@@ -42,13 +50,33 @@ struct RowRounds {
       if (a.positions.layout == TokenLayout::thd) check_sequences(a.positions, g, s.gate);
       return;
     }
-    const std::int64_t round = (index - 1) / 2;
-    if ((index - 1) % 2 == 0) {
-      Work::prepare(a, g, round, s.work);
-      if (g.thread == 0) plan_round(a, g, round, s);
-      return;
+    if constexpr (Work::kPlansAhead) {
+      if (index == 1) {
+        if (g.thread == 0) plan_round(a, g, 0, s);
+        return;
+      }
+      const std::int64_t round = (index - 2) / 2;
+      if ((index - 2) % 2 == 0) {
+        Work::prepare(a, g, round, plan_of(round, s), s.work);
+        return;
+      }
+      Work::work(a, g, round, plan_of(round, s), s.work);
+      if (g.thread == 0 && round + 1 < Work::rounds(a, g)) plan_round(a, g, round + 1, s);
+    } else {
+      const std::int64_t round = (index - 1) / 2;
+      if ((index - 1) % 2 == 0) {
+        Work::prepare(a, g, round, s.work);
+        if (g.thread == 0) plan_round(a, g, round, s);
+        return;
+      }
+      Work::work(a, g, round, plan_of(round, s), s.work);
     }
-    Work::work(a, g, round, RowPlan{shared_load(&s.freq_row), shared_load(&s.rotate) != 0}, s.work);
+  }
+
+  /// The plan thread 0 made of the round's row.
+  MLAROPE_HD static RowPlan plan_of(std::int64_t round, Shared& s) {
+    const std::int64_t slot = round % kPlanSlots;
+    return RowPlan{shared_load(&s.freq_row[slot]), shared_load(&s.rotate[slot]) != 0};
   }
 
   /// Thread 0: the plan of the round's row (pass through everywhere when the gate is closed).
@@ -60,8 +88,8 @@ struct RowRounds {
     const RowPlan plan = shared_load(&s.closed) != 0
                              ? RowPlan{}
                              : plan_row(p, Work::row_of(a, g, round), Work::reports(a, g, round));
-    shared_store(&s.freq_row, plan.freq_row);
-    shared_store(&s.rotate, plan.rotate ? 1 : 0);
+    shared_store(&s.freq_row[round % kPlanSlots], plan.freq_row);
+    shared_store(&s.rotate[round % kPlanSlots], plan.rotate ? 1 : 0);
   }
 };
 
@@ -70,6 +98,7 @@ template <class A>
 struct RowsOfBlock {
   using Args = A;
   struct Shared {};
+  static constexpr bool kPlansAhead = false;
 
   MLAROPE_HD static std::int64_t rounds(const Args& a, const GridCoord& g) {
     const std::int64_t rows = row_count(a.positions);

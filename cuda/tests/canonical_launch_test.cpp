@@ -9,6 +9,7 @@
 // are right.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -93,18 +94,18 @@ const std::vector<Canonical>& canonical_calls() {
        kI, kH, 0, "chunked_vector", 8, 128, 2048, 1.0},
       {"q rope_backward f32", Call::rope_backward, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64,
        kI, kH, 0, "chunked_vector", 8, 128, 4096, 1.0},
-      // In place with the MLA layout change: staged rounds of 512 / 8 = 64 slices (bf16), two
-      // rounds a row; f32: 32 slices of 16 chunks, four rounds a row.
+      // In place with the MLA layout change: staged rounds of 1024 / 8 = 128 slices (bf16), a
+      // round a row; f32: 64 slices of 16 chunks, two rounds a row.
       {"q rope_inplace bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
-       kI, kH, 0, "staged_vector", 16, 128, 512, 1.0},
+       kI, kH, 0, "staged_vector", 8, 128, 1024, 1.0},
       {"q rope_inplace f16", Call::rope_inplace, DType::f16, TokenLayout::sbhd, 8, 128, 128, 64, kI,
-       kH, 0, "staged_vector", 16, 128, 512, 1.0},
+       kH, 0, "staged_vector", 8, 128, 1024, 1.0},
       {"q rope_inplace f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI,
-       kH, 0, "staged_vector", 32, 128, 512, 1.0},
+       kH, 0, "staged_vector", 16, 128, 1024, 1.0},
       {"q rope_inplace thd bf16", Call::rope_inplace, DType::bf16, TokenLayout::thd, 8, 128, 128,
-       64, kI, kH, 0, "staged_vector", 16, 128, 512, 0.98},
+       64, kI, kH, 0, "staged_vector", 8, 128, 1024, 0.98},
       {"q rope_backward_inplace bf16", Call::rope_backward_inplace, DType::bf16, TokenLayout::sbhd,
-       8, 128, 128, 64, kI, kH, 0, "staged_vector", 16, 128, 512, 1.0},
+       8, 128, 128, 64, kI, kH, 0, "staged_vector", 8, 128, 1024, 1.0},
       // In place without a layout change: chunks only, 128 x 8 (bf16: 64 threads of 16), 128 x 16
       // (f32).
       {"q rope_inplace half bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128,
@@ -441,6 +442,34 @@ TEST(GpuModelLaunch, RefusesConfigurationsAGpuRefuses) {
   y.sin = contiguous_view<void>(sin, DType::f32, {0, 64});
   EXPECT_NO_THROW(yarn_tables(y, stream));
   EXPECT_TRUE(take_model_stats(stream).empty());
+}
+
+// The staged in-place body plans each round before its prepare phase, which loads the round's
+// slices and the row's coefficients in one batch a thread (8 chunks of 16 bytes, and for the
+// first chunks of a slice 4 runs of kPairs floats of the half-layout f32 table): a round waits
+// for one round trip, in one phase with loads, and its work phase loads nothing. Loading the
+// coefficients in the work phase would make two phases with loads a round (the round trips
+// too); a batch left to one chunk would make 8 round trips.
+TEST(StagedRounds, ARoundWaitsForOneBatchInOnePhase) {
+  for (const char* name :
+       {"q rope_inplace bf16", "q rope_inplace f32", "q rope_inplace thd bf16"}) {
+    SCOPED_TRACE(name);
+    const auto& calls = canonical_calls();
+    const auto c = std::find_if(calls.begin(), calls.end(),
+                                [&](const Canonical& k) { return k.name == name; });
+    ASSERT_NE(c, calls.end());
+    const Observed o = CanonicalRun(*c).run();
+    ASSERT_EQ(o.model.size(), 1u);
+    const ModelLaunchStats& m = o.model[0];
+    ASSERT_EQ(m.blocks_run, c->blocks);  // a round a block
+    EXPECT_EQ(m.round_trips, m.blocks_run);
+    EXPECT_EQ(m.load_phases, m.blocks_run);
+    const std::int64_t pairs = c->dtype == DType::f32 ? 2 : 4;
+    EXPECT_EQ(m.largest_batch_bytes, std::int64_t{8} * 16 + 4 * pairs * 4);
+    if (c->layout == TokenLayout::sbhd) {
+      EXPECT_EQ(m.index_round_trips, 0);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dsv3, CanonicalLaunch,
