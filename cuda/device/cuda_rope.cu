@@ -19,11 +19,22 @@ inline constexpr int kRopeRegisters = kRegisterCap;
 template <class T, int kPairs>
 inline constexpr int kRopeRegisters<RopeChunkedRows<T, kPairs>> = 96;
 template <class T>
-inline constexpr int kRopeRegisters<RopeStagedRounds<T>> = 96;
+inline constexpr int kRopeRegisters<RopeStagedRounds<T>> = 128;
+
+/// The phased body of a rope Work: the staged body plans its rounds ahead (PlannedRounds), the
+/// others plan each row in its prepare phase (RowRounds).
+template <class Work>
+struct RopeBody {
+  using type = RowRounds<Work>;
+};
+template <class T>
+struct RopeBody<RopeStagedRounds<T>> {
+  using type = PlannedRounds<RopeStagedRounds<T>>;
+};
 
 template <class Work>
 __global__ void MLAROPE_REGISTER_CAP(kRopeRegisters<Work>) rope_kernel(const RopeKernelArgs a) {
-  run_phases<RowRounds<Work>>(a, grid_coord());
+  run_phases<typename RopeBody<Work>::type>(a, grid_coord());
 }
 
 template <class T>

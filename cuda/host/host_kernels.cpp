@@ -48,7 +48,7 @@ void run_rope_typed(const HostExecutor& e, const detail::RopeLaunch& l) {
     case RopeVariant::chunked_scalar:
       return launch_phased<RowRounds<RopeChunkedRows<T, 1>>>(e, l.grid, l.args);
     case RopeVariant::staged_vector:
-      return launch_phased<RowRounds<RopeStagedRounds<T>>>(e, l.grid, l.args);
+      return launch_phased<PlannedRounds<RopeStagedRounds<T>>>(e, l.grid, l.args);
     case RopeVariant::whole_slice_scalar:
       return launch_phased<RowRounds<RopeWholeSliceRows<T>>>(e, l.grid, l.args);
   }

@@ -209,131 +209,186 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t head
   return n < 1 ? 1 : n;
 }
 
+/// Rows of one round of the staged body: as many whole rows as kStagedChunks holds, at most
+/// kStagedMaxEmbDim / emb_dim (a round's coefficients, rows x chunks of a slice, fit the slots
+/// of one slice of kStagedMaxEmbDim), at least one (a row of more chunks is split into rounds
+/// of staged_slices_per_round slices).
+MLAROPE_HD MLAROPE_INLINE std::int64_t staged_rows_per_round(std::int64_t heads,
+                                                             std::int64_t chunks,
+                                                             std::int64_t emb_dim) {
+  const std::int64_t row = heads * chunks;
+  const std::int64_t by_chunks = row > 0 ? kStagedChunks / row : 1;
+  const std::int64_t by_slots = kStagedMaxEmbDim / emb_dim;  // emb_dim >= 8 on the vector paths
+  const std::int64_t n = by_chunks < by_slots ? by_chunks : by_slots;
+  return n < 1 ? 1 : n;
+}
+
 /// In place with read_layout != write_layout, vector-ready, emb_dim <= kStagedMaxEmbDim (a
-/// RowRounds work that plans ahead). Each round of a block takes whole rope slices of one row
-/// (at most kStagedChunks pair chunks): prepare, which has the row's plan, loads every chunk in
-/// batches of kStagedBatch and the row's coefficients of each pair chunk of a slice with the
-/// first batch, into shared memory; work writes the rotated chunks in the write layout and
-/// loads nothing from global memory, so a round waits for one batch of loads. Consecutive
-/// threads take consecutive chunks of a slice, so a warp reads and writes contiguous memory; no
-/// element is written before every chunk of its slice was read (docs/architecture.md rule 3).
-/// A pass-through row is neither read nor written.
+/// PlannedRounds work). A round of a block takes whole rope slices, at most kStagedChunks pair
+/// chunks: several whole rows where they fit (16 heads of emb 64: 8 rows), some slices of one
+/// row where a row does not. Prepare, which has the round's plans, loads every chunk in
+/// batches of kStagedBatch and, with the first batch, the coefficients of each row's pair
+/// chunks, into shared memory; work writes the rotated chunks in the write layout and loads
+/// nothing from global memory, so a round waits for one batch of loads. Consecutive threads
+/// take consecutive chunks of a slice, so a warp reads and writes contiguous memory; no element
+/// is written before every chunk of its slice was read (docs/architecture.md rule 3). A
+/// pass-through row is read and left untouched.
 template <class T>
 struct RopeStagedRounds {
   using Args = RopeKernelArgs;
   static constexpr int kPairs = kVectorPairs<T>;
-  static constexpr bool kPlansAhead = true;
-  static constexpr std::int64_t kMaxSliceChunks = kStagedMaxEmbDim / 2 / kPairs;
+  /// Pair chunks of the widest slice: the coefficient slots of a round.
+  static constexpr std::int64_t kSlots = kStagedMaxEmbDim / 2 / kPairs;
+  /// The most rows of a round (emb_dim 8, every slice one chunk).
+  static constexpr int kMaxRoundRows = static_cast<int>(kStagedMaxEmbDim / 8);
+  using Plans = RoundPlans<kMaxRoundRows>;
   struct Shared {
-    RawVector<16> staged[kStagedChunks];                       ///< the round's chunks, as read
-    SharedCoefficients<kPairs, kMaxSliceChunks> coefficients;  ///< by pair chunk of a slice
+    RawVector<16> staged[kStagedChunks];              ///< the round's chunks, as read
+    SharedCoefficients<kPairs, kSlots> coefficients;  ///< by (row of the round, pair chunk)
+  };
+  /// The slices of a round: `heads` heads from `first_head` of each of its rows.
+  struct Slices {
+    RoundRows rows;
+    std::int64_t first_head, heads;
   };
 
   MLAROPE_HD static std::int64_t chunks(const RopeKernelArgs& a) { return a.emb_dim / 2 / kPairs; }
+  MLAROPE_HD static std::int64_t rows_per_round(const RopeKernelArgs& a) {
+    return staged_rows_per_round(a.heads, chunks(a), a.emb_dim);
+  }
+  /// Slices of a row a round takes where a round is (part of) one row.
   MLAROPE_HD static std::int64_t per_round(const RopeKernelArgs& a) {
     return staged_slices_per_round(a.heads, chunks(a));
   }
   MLAROPE_HD static std::int64_t rounds_per_row(const RopeKernelArgs& a) {
     return (a.heads + per_round(a) - 1) / per_round(a);
   }
-  /// Rounds of block g.block: rounds g.block, g.block + num_blocks, ... of rows x rounds_per_row.
+  MLAROPE_HD static std::int64_t call_rounds(const RopeKernelArgs& a) {
+    const std::int64_t rows = row_count(a.positions), r = rows_per_round(a);
+    return r > 1 ? (rows + r - 1) / r : rows * rounds_per_row(a);
+  }
+  /// Rounds of block g.block: rounds g.block, g.block + num_blocks, ... of the call's.
   MLAROPE_HD static std::int64_t rounds(const RopeKernelArgs& a, const GridCoord& g) {
-    const std::int64_t total = row_count(a.positions) * rounds_per_row(a);
+    const std::int64_t total = call_rounds(a);
     return g.block < total ? (total - 1 - g.block) / g.num_blocks + 1 : 0;
   }
-  /// The call's round index of this block's round `round`.
-  MLAROPE_HD static std::int64_t call_round(const GridCoord& g, std::int64_t round) {
-    return g.block + round * g.num_blocks;
+  /// The slices of this block's round `round` (the call's round g.block + round x blocks).
+  MLAROPE_HD static Slices slices_of(const RopeKernelArgs& a, const GridCoord& g,
+                                     std::int64_t round) {
+    const std::int64_t n = g.block + round * g.num_blocks;
+    const std::int64_t r = rows_per_round(a);
+    if (r > 1) {
+      const std::int64_t left = row_count(a.positions) - n * r;
+      return {{n * r, left < r ? left : r, true}, 0, a.heads};
+    }
+    const std::int64_t row = quotient(n, rounds_per_row(a));
+    const std::int64_t first_head = (n - row * rounds_per_row(a)) * per_round(a);
+    const std::int64_t left = a.heads - first_head;
+    return {{row, 1, first_head == 0}, first_head, left < per_round(a) ? left : per_round(a)};
   }
-  MLAROPE_HD static std::int64_t row_of(const RopeKernelArgs& a, const GridCoord& g,
-                                        std::int64_t round) {
-    return quotient(call_round(g, round), rounds_per_row(a));
-  }
-  /// The round's first slice.
-  MLAROPE_HD static std::int64_t first_head_of(const RopeKernelArgs& a, const GridCoord& g,
-                                               std::int64_t round) {
-    return (call_round(g, round) - row_of(a, g, round) * rounds_per_row(a)) * per_round(a);
-  }
-  /// The round's slices.
-  MLAROPE_HD static std::int64_t heads_of(const RopeKernelArgs& a, std::int64_t first_head) {
-    return a.heads - first_head < per_round(a) ? a.heads - first_head : per_round(a);
-  }
-  /// A row's status bits are raised by its first round.
-  MLAROPE_HD static bool reports(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round) {
-    return first_head_of(a, g, round) == 0;
-  }
-  /// The round's slices in the tensor (row pointer, past the nope part and earlier rounds).
-  MLAROPE_HD static T* slices_of(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round) {
-    return row_pointer<T>(a.out, row_of(a, g, round), a.positions.batch) + a.nope_dim +
-           first_head_of(a, g, round) * a.out.head_stride;
-  }
-  /// The round's pair chunks.
-  MLAROPE_HD static std::int64_t items_of(const RopeKernelArgs& a, const GridCoord& g,
-                                          std::int64_t round) {
-    return heads_of(a, first_head_of(a, g, round)) * chunks(a);
+  MLAROPE_HD static RoundRows round_rows(const RopeKernelArgs& a, const GridCoord& g,
+                                         std::int64_t round) {
+    return slices_of(a, g, round).rows;
   }
 
-  /// The round's chunks and the row's coefficients into shared memory. Thread c < chunks loads
-  /// the coefficients of the slices' pair chunk c before its first batch (threads beyond the
-  /// block's, where a profile gives fewer threads than chunks, after it).
+  /// Where chunk n of a round lies: its row of the round, its slice (from first_head), its
+  /// pair chunk.
+  struct Place {
+    std::int64_t row, head, chunk;
+  };
+  MLAROPE_HD static Place place_of(const RopeKernelArgs& a, const Slices& r, std::int64_t n) {
+    const std::int64_t slice = quotient(n, chunks(a));
+    const std::int64_t chunk = n - slice * chunks(a);
+    if (r.rows.count == 1) return {0, slice, chunk};  // (part of) one row: no row to find
+    const std::int64_t row = quotient(slice, r.heads);
+    return {row, slice - row * r.heads, chunk};
+  }
+  /// The slice of chunk n's place; `first` is the round's first row's slices.
+  MLAROPE_HD static T* slice_of(const RopeKernelArgs& a, const Slices& r, T* first,
+                                const Place& at) {
+    T* row = at.row == 0 ? first
+                         : row_pointer<T>(a.out, r.rows.first + at.row, a.positions.batch) +
+                               a.nope_dim + r.first_head * a.out.head_stride;
+    return row + at.head * a.out.head_stride;
+  }
+  /// The slices of the round's first row, from its first head.
+  MLAROPE_HD static T* first_slices(const RopeKernelArgs& a, const Slices& r) {
+    return row_pointer<T>(a.out, r.rows.first, a.positions.batch) + a.nope_dim +
+           r.first_head * a.out.head_stride;
+  }
+  /// The coefficients of slot c: pair chunk c % chunks of the round's row c / chunks, none
+  /// for a row passed through.
+  MLAROPE_HD static PairCoefficients<kPairs> slot_coefficients(const RopeKernelArgs& a,
+                                                               const Plans& plans, std::int64_t c) {
+    const std::int64_t row = quotient(c, chunks(a));
+    const RowPlan plan = plans[row];
+    if (!plan.rotate) return {};
+    return load_coefficients<kPairs>(a.rotation, plan.freq_row, a.emb_dim / 2,
+                                     (c - row * chunks(a)) * kPairs);
+  }
+
+  /// The round's chunks and its rows' coefficients into shared memory. Thread c < slots loads
+  /// the coefficients of slot c before its first batch (slots beyond the block's threads, where
+  /// a profile gives fewer threads, after it).
   MLAROPE_HD static void prepare(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round,
-                                 const RowPlan& plan, Shared& s) {
-    if (!plan.rotate) return;  // in place: a pass-through row is left untouched
-    const std::int64_t half_dim = a.emb_dim / 2;
-    const bool coefficient_thread = g.thread < chunks(a);
+                                 const Plans& plans, Shared& s) {
+    const Slices r = slices_of(a, g, round);
+    const std::int64_t slots = r.rows.count * chunks(a);
+    const bool coefficient_thread = g.thread < slots;
     PairCoefficients<kPairs> k{};
-    if (coefficient_thread)
-      k = load_coefficients<kPairs>(a.rotation, plan.freq_row, half_dim, g.thread * kPairs);
-    stage_chunks(a, g, slices_of(a, g, round), items_of(a, g, round), s);
+    if (coefficient_thread) k = slot_coefficients(a, plans, g.thread);
+    stage_chunks(a, g, r, s);
     if (coefficient_thread) s.coefficients.store(g.thread, k);
-    for (std::int64_t c = g.thread + g.num_threads; c < chunks(a); c += g.num_threads)
-      s.coefficients.store(c, load_coefficients<kPairs>(a.rotation, plan.freq_row, half_dim,
-                                                        c * kPairs));
+    for (std::int64_t c = g.thread + g.num_threads; c < slots; c += g.num_threads)
+      s.coefficients.store(c, slot_coefficients(a, plans, c));
   }
 
   MLAROPE_HD static void work(const RopeKernelArgs& a, const GridCoord& g, std::int64_t round,
-                              const RowPlan& plan, Shared& s) {
-    if (!plan.rotate) return;
-    rotate_chunks(a, g, slices_of(a, g, round), items_of(a, g, round), s);
+                              const Plans& plans, Shared& s) {
+    rotate_chunks(a, g, slices_of(a, g, round), plans, s);
   }
 
-  /// Prepare: chunk n of the round (slice n / chunks) into shared memory, kStagedBatch chunks
-  /// of a thread loaded before any is stored.
-  MLAROPE_HD static void stage_chunks(const RopeKernelArgs& a, const GridCoord& g, const T* slices,
-                                      std::int64_t items, Shared& s) {
-    const std::int64_t half_dim = a.emb_dim / 2;
-    for (std::int64_t base = g.thread; base < items; base += kStagedBatch * g.num_threads) {
+  /// Prepare: chunk n of the round into shared memory, kStagedBatch chunks of a thread loaded
+  /// before any is stored (a row passed through is read too: asking its plan for every chunk
+  /// costs the batch registers, and such rows are rare).
+  MLAROPE_HD static void stage_chunks(const RopeKernelArgs& a, const GridCoord& g, const Slices& r,
+                                      Shared& s) {
+    const std::int64_t items = r.rows.count * r.heads * chunks(a);
+    T* first = first_slices(a, r);
+    const std::int64_t step = std::int64_t{kStagedBatch} * g.num_threads;
+    for (std::int64_t base = g.thread; base < items; base += step) {
       RawVector<16> batch[kStagedBatch] = {};
       MLAROPE_UNROLL
       for (int j = 0; j < kStagedBatch; ++j) {
-        const std::int64_t n = base + j * g.num_threads;
+        const std::int64_t n = base + std::int64_t{j} * g.num_threads;
         if (n >= items) break;
-        const std::int64_t head = quotient(n, chunks(a));
+        const Place at = place_of(a, r, n);
         // SASS batch: kStagedBatch (ci/sass_batches.py: loaded in one run)
-        batch[j] =
-            load_pair_bits<T, kPairs>(slices + head * a.out.head_stride, a.rotation.read_layout,
-                                      half_dim, (n - head * chunks(a)) * kPairs);
+        batch[j] = load_pair_bits<T, kPairs>(slice_of(a, r, first, at), a.rotation.read_layout,
+                                             a.emb_dim / 2, at.chunk * kPairs);
       }
       MLAROPE_UNROLL
       for (int j = 0; j < kStagedBatch; ++j) {
-        const std::int64_t n = base + j * g.num_threads;
+        const std::int64_t n = base + std::int64_t{j} * g.num_threads;
         if (n >= items) break;
         shared_store(&s.staged[n], batch[j]);
       }
     }
   }
 
-  /// Work: the rotated chunks from shared memory into the write layout.
-  MLAROPE_HD static void rotate_chunks(const RopeKernelArgs& a, const GridCoord& g, T* slices,
-                                       std::int64_t items, Shared& s) {
-    const std::int64_t half_dim = a.emb_dim / 2;
+  /// Work: the rotated chunks of the rows that rotate, from shared memory into the write layout.
+  MLAROPE_HD static void rotate_chunks(const RopeKernelArgs& a, const GridCoord& g, const Slices& r,
+                                       const Plans& plans, Shared& s) {
+    const std::int64_t items = r.rows.count * r.heads * chunks(a);
+    T* first = first_slices(a, r);
     for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
-      const std::int64_t head = quotient(n, chunks(a));
-      const std::int64_t chunk = n - head * chunks(a);
+      const Place at = place_of(a, r, n);
+      if (!plans[at.row].rotate) continue;  // in place: a pass-through row is left untouched
       const PairChunk<kPairs> held =
           pairs_of_bits<T, kPairs>(shared_load(&s.staged[n]), a.rotation.read_layout);
-      store_pairs<T, kPairs>(slices + head * a.out.head_stride, a.rotation.write_layout, half_dim,
-                             chunk * kPairs, rotate(held, s.coefficients.load(chunk)));
+      store_pairs<T, kPairs>(slice_of(a, r, first, at), a.rotation.write_layout, a.emb_dim / 2,
+                             at.chunk * kPairs,
+                             rotate(held, s.coefficients.load(at.row * chunks(a) + at.chunk)));
     }
   }
 };

@@ -113,7 +113,10 @@ TEST(LaunchBuilder, MegatronShapesTakeTheFastPaths) {
   l = make_rope_launch(t, t, mla_args(b, 128, 64), {true, true}, profile);
   EXPECT_EQ(l.variant, RopeVariant::staged_vector);
   EXPECT_EQ(l.args.rotation.read_layout, PairLayout::half);  // the adjoint reads out_layout
-  EXPECT_EQ(l.grid.blocks, 4);
+  // Rows of 3 slices of 8 chunks: a round takes 8 whole rows (512 / emb 64), so the 4 rows
+  // are one round of one block.
+  EXPECT_EQ(l.grid.blocks, 1);
+  EXPECT_EQ(l.work, 8 * 3 * 8);
   EXPECT_LE(l.grid.threads, profile.max_threads);
 }
 

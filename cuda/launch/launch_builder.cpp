@@ -126,11 +126,15 @@ RopeLaunch make_rope_launch(const ConstTensorView& in, const TensorView& out, co
   l.variant =
       choose_rope_variant({args.emb_dim, layouts_of(args.rotation), mode.in_place, aligned});
   const std::int64_t rows = l.args.positions.seq_len * l.args.positions.batch;
-  if (l.variant == RopeVariant::staged_vector) {  // rounds of whole slices of one row
+  if (l.variant == RopeVariant::staged_vector) {  // rounds of whole rows, or slices of one row
     const std::int64_t chunks = args.emb_dim / 2 / pairs_per_chunk(true, in.dtype);
     const std::int64_t per_round = kernels::staged_slices_per_round(l.args.heads, chunks);
-    const std::int64_t rounds = rows * ((l.args.heads + per_round - 1) / per_round);
-    l.work = per_round * chunks;
+    const std::int64_t round_rows =
+        kernels::staged_rows_per_round(l.args.heads, chunks, args.emb_dim);
+    const std::int64_t rounds = round_rows > 1
+                                    ? (rows + round_rows - 1) / round_rows
+                                    : rows * ((l.args.heads + per_round - 1) / per_round);
+    l.work = round_rows > 1 ? round_rows * l.args.heads * chunks : per_round * chunks;
     l.grid = capped_for_layout(row_grid(rounds, l.work, Sharing::one_each, profile), layout, rounds,
                                l.work, l.args.positions.num_sequences, profile);
     return l;

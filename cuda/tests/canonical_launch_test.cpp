@@ -151,6 +151,14 @@ const std::vector<Canonical>& canonical_calls() {
        0, "vector", 8, 64, 1024, 1.0},
       {"small kv_split_backward f32", Call::kv_split_backward, DType::f32, TokenLayout::sbhd, 8, 16,
        128, 64, kI, kH, 0, "vector", 8, 64, 1024, 1.0},
+      // H = 16 in place with the MLA layout change: staged rounds of whole rows, 8 in bf16 (16 x 8
+      // chunks a row: 1024 / 128, and 512 / emb 64), 4 in f32 (16 x 16 chunks a row).
+      {"small rope_inplace bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 16, 128,
+       64, kI, kH, 0, "staged_vector", 1, 128, 1024, 1.0},
+      {"small rope_inplace f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 16, 128, 64,
+       kI, kH, 0, "staged_vector", 2, 128, 1024, 1.0},
+      {"small rope_inplace thd bf16", Call::rope_inplace, DType::bf16, TokenLayout::thd, 8, 16, 128,
+       64, kI, kH, 0, "staged_vector", 1, 128, 1024, 0.98},
       // One small head: 8 chunks (f32 emb 8: 2), one warp; THD stops at 4096 blocks, any layout at
       // 2^20.
       {"rope thd bf16 past the THD block cap", Call::rope, DType::bf16, TokenLayout::thd, 5000, 1,
@@ -445,14 +453,16 @@ TEST(GpuModelLaunch, RefusesConfigurationsAGpuRefuses) {
 }
 
 // The staged in-place body plans each round before its prepare phase, which loads the round's
-// slices and the row's coefficients in one batch a thread (8 chunks of 16 bytes, and for the
-// first chunks of a slice 4 runs of kPairs floats of the half-layout f32 table): a round waits
-// for one round trip, in one phase with loads, and its work phase loads nothing. Loading the
-// coefficients in the work phase would make two phases with loads a round (the round trips
-// too); a batch left to one chunk would make 8 round trips.
+// slices and its rows' coefficients in one batch a thread (8 chunks of 16 bytes, and for the
+// first threads a pair chunk's 4 runs of kPairs floats of the half-layout f32 table): a round,
+// of one row (DeepSeek-V3) or of 4 to 8 (16 heads), waits for one round trip, in one phase with
+// loads, and its work phase loads nothing. Loading the coefficients in the work phase would
+// make two phases with loads a round (the round trips too); a batch left to one chunk would
+// make 8 round trips.
 TEST(StagedRounds, ARoundWaitsForOneBatchInOnePhase) {
   for (const char* name :
-       {"q rope_inplace bf16", "q rope_inplace f32", "q rope_inplace thd bf16"}) {
+       {"q rope_inplace bf16", "q rope_inplace f32", "q rope_inplace thd bf16",
+        "small rope_inplace bf16", "small rope_inplace f32", "small rope_inplace thd bf16"}) {
     SCOPED_TRACE(name);
     const auto& calls = canonical_calls();
     const auto c = std::find_if(calls.begin(), calls.end(),
@@ -461,7 +471,7 @@ TEST(StagedRounds, ARoundWaitsForOneBatchInOnePhase) {
     const Observed o = CanonicalRun(*c).run();
     ASSERT_EQ(o.model.size(), 1u);
     const ModelLaunchStats& m = o.model[0];
-    ASSERT_EQ(m.blocks_run, c->blocks);  // a round a block
+    ASSERT_EQ(m.blocks_run, c->blocks);  // a round a block (8 rows: 1 or 2 rounds of whole rows)
     EXPECT_EQ(m.round_trips, m.blocks_run);
     EXPECT_EQ(m.load_phases, m.blocks_run);
     const std::int64_t pairs = c->dtype == DType::f32 ? 2 : 4;
