@@ -67,33 +67,29 @@ struct PairCoefficients {
   float q[kPairs];
 };
 
-/// The coefficients of kSlots pair chunks in a block's shared memory, float by float through
-/// shared_load / shared_store (a whole PairCoefficients is wider than any one access).
+/// The coefficients of kSlots pair chunks in a block's shared memory, as two SharedChunks:
+/// (cos_u, cos_v) and (p, q).
 template <int kPairs, std::int64_t kSlots>
 struct SharedCoefficients {
-  float cos_u[kSlots][kPairs];
-  float cos_v[kSlots][kPairs];
-  float p[kSlots][kPairs];
-  float q[kSlots][kPairs];
+  SharedChunks<kPairs, kSlots> cosines;
+  SharedChunks<kPairs, kSlots> sines;
 
   MLAROPE_HD void store(std::int64_t n, const PairCoefficients<kPairs>& k) {
+    PairChunk<kPairs> c, t;
     MLAROPE_UNROLL
-    for (int j = 0; j < kPairs; ++j) {
-      shared_store(&cos_u[n][j], k.cos_u[j]);
-      shared_store(&cos_v[n][j], k.cos_v[j]);
-      shared_store(&p[n][j], k.p[j]);
-      shared_store(&q[n][j], k.q[j]);
-    }
+    for (int j = 0; j < kPairs; ++j) c.u[j] = k.cos_u[j], c.v[j] = k.cos_v[j];
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) t.u[j] = k.p[j], t.v[j] = k.q[j];
+    cosines.store(n, c);
+    sines.store(n, t);
   }
   MLAROPE_HD PairCoefficients<kPairs> load(std::int64_t n) {
+    const PairChunk<kPairs> c = cosines.load(n), t = sines.load(n);
     PairCoefficients<kPairs> k;
     MLAROPE_UNROLL
-    for (int j = 0; j < kPairs; ++j) {
-      k.cos_u[j] = shared_load(&cos_u[n][j]);
-      k.cos_v[j] = shared_load(&cos_v[n][j]);
-      k.p[j] = shared_load(&p[n][j]);
-      k.q[j] = shared_load(&q[n][j]);
-    }
+    for (int j = 0; j < kPairs; ++j) k.cos_u[j] = c.u[j], k.cos_v[j] = c.v[j];
+    MLAROPE_UNROLL
+    for (int j = 0; j < kPairs; ++j) k.p[j] = t.u[j], k.q[j] = t.v[j];
     return k;
   }
 };

@@ -303,16 +303,17 @@ struct RopeStagedRounds {
     const std::int64_t row = quotient(slice, r.heads);
     return {row, slice - row * r.heads, chunk};
   }
-  /// The slice of chunk n's place; `first` is the round's first row's slices.
-  MLAROPE_HD static T* slice_of(const RopeKernelArgs& a, const Slices& r, T* first,
-                                const Place& at) {
-    T* row = at.row == 0 ? first
-                         : row_pointer<T>(a.out, r.rows.first + at.row, a.positions.batch) +
-                               a.nope_dim + r.first_head * a.out.head_stride;
+  /// The slice of chunk n's place; `first` is the round's first row's slices. A later row
+  /// belongs to a round of whole rows, which starts at head 0.
+  MLAROPE_HD static T* slice_pointer(const RopeKernelArgs& a, const Slices& r, T* first,
+                                     const Place& at) {
+    T* row = at.row == 0
+                 ? first
+                 : row_pointer<T>(a.out, r.rows.first + at.row, a.positions.batch) + a.nope_dim;
     return row + at.head * a.out.head_stride;
   }
   /// The slices of the round's first row, from its first head.
-  MLAROPE_HD static T* first_slices(const RopeKernelArgs& a, const Slices& r) {
+  MLAROPE_HD static T* first_row_slices(const RopeKernelArgs& a, const Slices& r) {
     return row_pointer<T>(a.out, r.rows.first, a.positions.batch) + a.nope_dim +
            r.first_head * a.out.head_stride;
   }
@@ -354,7 +355,7 @@ struct RopeStagedRounds {
   MLAROPE_HD static void stage_chunks(const RopeKernelArgs& a, const GridCoord& g, const Slices& r,
                                       Shared& s) {
     const std::int64_t items = r.rows.count * r.heads * chunks(a);
-    T* first = first_slices(a, r);
+    T* first = first_row_slices(a, r);
     const std::int64_t step = std::int64_t{kStagedBatch} * g.num_threads;
     for (std::int64_t base = g.thread; base < items; base += step) {
       RawVector<16> batch[kStagedBatch] = {};
@@ -364,7 +365,7 @@ struct RopeStagedRounds {
         if (n >= items) break;
         const Place at = place_of(a, r, n);
         // SASS batch: kStagedBatch (ci/sass_batches.py: loaded in one run)
-        batch[j] = load_pair_bits<T, kPairs>(slice_of(a, r, first, at), a.rotation.read_layout,
+        batch[j] = load_pair_bits<T, kPairs>(slice_pointer(a, r, first, at), a.rotation.read_layout,
                                              a.emb_dim / 2, at.chunk * kPairs);
       }
       MLAROPE_UNROLL
@@ -380,13 +381,13 @@ struct RopeStagedRounds {
   MLAROPE_HD static void rotate_chunks(const RopeKernelArgs& a, const GridCoord& g, const Slices& r,
                                        const Plans& plans, Shared& s) {
     const std::int64_t items = r.rows.count * r.heads * chunks(a);
-    T* first = first_slices(a, r);
+    T* first = first_row_slices(a, r);
     for (std::int64_t n = g.thread; n < items; n += g.num_threads) {  // the round's chunk n
       const Place at = place_of(a, r, n);
       if (!plans[at.row].rotate) continue;  // in place: a pass-through row is left untouched
       const PairChunk<kPairs> held =
           pairs_of_bits<T, kPairs>(shared_load(&s.staged[n]), a.rotation.read_layout);
-      store_pairs<T, kPairs>(slice_of(a, r, first, at), a.rotation.write_layout, a.emb_dim / 2,
+      store_pairs<T, kPairs>(slice_pointer(a, r, first, at), a.rotation.write_layout, a.emb_dim / 2,
                              at.chunk * kPairs,
                              rotate(held, s.coefficients.load(at.row * chunks(a) + at.chunk)));
     }

@@ -132,24 +132,29 @@ TEST(OversizedGrid, RopeWithMoreBlocksThanRowsAndMoreThreadsThanGateSlots) {
 TEST(OversizedGrid, StagedRopeWithMoreBlocksThanRoundsAndWithFewer) {
   // f32, 128 chunks a slice at emb 512: 8 slices a round, a round a row, 6 rounds a call; 64
   // chunks at emb 256: rounds of 2 whole rows (512 / 256), 3 rounds a call, each block planning
-  // its next round's rows while it writes the current one.
+  // its next round's rows while it writes the current one. Blocks of 32 threads (the builder
+  // gives 128) take 4 batches a round and more coefficient slots (128 at emb 512) than
+  // threads; a block of one thread does every step of a round alone.
   for (const auto& [emb, rounds] : {std::pair<std::int64_t, std::int64_t>{512, 6}, {256, 3}})
-    for (std::int64_t blocks : {19, 5, 2, 1}) {  // 5 (emb 512), 2 and 1: several rounds a block
-      SCOPED_TRACE("emb " + std::to_string(emb) + ", " + std::to_string(blocks) + " blocks");
-      RopeData want(false, emb), got(false, emb);
-      const auto shape = want.shape();
-      Stream s = model_stream();
-      rope_inplace({f32_view<void>(want.t.data(), shape), want.args()}, s);
-      s.synchronize();
-      const RopeInplaceCall call{f32_view<void>(got.t.data(), shape), got.args()};
-      const detail::RopeLaunch l =
-          detail::make_rope_launch(call.t, call.t, call.args, {true, false},
-                                   detail::cuda_launch_profile());
-      ASSERT_EQ(l.variant, detail::RopeVariant::staged_vector);
-      ASSERT_EQ(l.grid.blocks, rounds);
-      run_with_grid(detail::footprint_of(call), l, {blocks, l.grid.threads});
-      EXPECT_EQ(got.t, want.t);
-    }
+    for (int threads : {0, 32, 1})                 // 0: the builder's
+      for (std::int64_t blocks : {19, 5, 2, 1}) {  // 5 (emb 512), 2 and 1: several rounds a block
+        SCOPED_TRACE("emb " + std::to_string(emb) + ", " + std::to_string(blocks) + " blocks of " +
+                     std::to_string(threads) + " threads");
+        RopeData want(false, emb), got(false, emb);
+        const auto shape = want.shape();
+        Stream s = model_stream();
+        rope_inplace({f32_view<void>(want.t.data(), shape), want.args()}, s);
+        s.synchronize();
+        const RopeInplaceCall call{f32_view<void>(got.t.data(), shape), got.args()};
+        const detail::RopeLaunch l =
+            detail::make_rope_launch(call.t, call.t, call.args, {true, false},
+                                     detail::cuda_launch_profile());
+        ASSERT_EQ(l.variant, detail::RopeVariant::staged_vector);
+        ASSERT_EQ(l.grid.blocks, rounds);
+        run_with_grid(detail::footprint_of(call), l,
+                      {blocks, threads > 0 ? threads : l.grid.threads});
+        EXPECT_EQ(got.t, want.t);
+      }
 }
 
 // f32 kv_split operands: kv [3, 2, kHeads, 8 + 8], k_pe [3, 2, 1, 16].
