@@ -216,8 +216,8 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t staged_slices_per_round(std::int64_t head
 MLAROPE_HD MLAROPE_INLINE std::int64_t staged_rows_per_round(std::int64_t heads,
                                                              std::int64_t chunks,
                                                              std::int64_t emb_dim) {
-  const std::int64_t row = heads * chunks;
-  const std::int64_t by_chunks = row > 0 ? kStagedChunks / row : 1;
+  // heads >= 1 and chunks >= 1: a call without heads writes nothing and launches nothing.
+  const std::int64_t by_chunks = kStagedChunks / (heads * chunks);
   const std::int64_t by_slots = kStagedMaxEmbDim / emb_dim;  // emb_dim >= 8 on the vector paths
   const std::int64_t n = by_chunks < by_slots ? by_chunks : by_slots;
   return n < 1 ? 1 : n;
