@@ -456,9 +456,10 @@ TEST(GpuModelLaunch, RefusesConfigurationsAGpuRefuses) {
 // slices and its rows' coefficients in one batch a thread (8 chunks of 16 bytes, and for the
 // first threads a pair chunk's 4 runs of kPairs floats of the half-layout f32 table): a round,
 // of one row (DeepSeek-V3) or of 4 to 8 (16 heads), waits for one round trip, in one phase with
-// loads, and its work phase loads nothing. Loading the coefficients in the work phase would
-// make two phases with loads a round (the round trips too); a batch left to one chunk would
-// make 8 round trips.
+// loads, and its work phase loads nothing. Loading the coefficients in the work phase makes
+// two phases with loads a round and 9 round trips (bf16). The model ends a batch at a global
+// store only, so it counts the prepare phase's loads as one batch however they are staged
+// into shared memory: that the chunks are loaded 8 at a time is held by sass_batches.
 TEST(StagedRounds, ARoundWaitsForOneBatchInOnePhase) {
   for (const char* name :
        {"q rope_inplace bf16", "q rope_inplace f32", "q rope_inplace thd bf16",
