@@ -11,9 +11,9 @@ namespace {
 using namespace mlarope::kernels;
 using detail::RopeVariant;
 
-/// Registers of a rope kernel (cuda_grid.cuh): kRegisterCap, and 96 for the chunked bodies,
-/// whose batches of 8 copied vectors and 4 rotated chunks spill at 80, and for the staged
-/// body, whose batch of 8 chunks and a pair chunk's coefficients spill at 80.
+/// Registers of a rope kernel (cuda_grid.cuh): kRegisterCap; 96 for the chunked bodies, whose
+/// batches of 8 copied vectors and 4 rotated chunks spill at 80; 128 for the staged body, whose
+/// batch of 8 chunks, a pair chunk's coefficients and the rows of a round spill at 96.
 template <class Work>
 inline constexpr int kRopeRegisters = kRegisterCap;
 template <class T, int kPairs>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Kernel bodies of rope and rope_backward, out of place and in place (docs/semantics.md §4). One
-// round per row (kernels/row_rounds.h: grid-stride over rows); inside a row the threads share out
-// pair chunks and head groups, so that a thread loads its table chunk once per row and loops over
-// heads.
+// round per row (kernels/row_rounds.h: grid-stride over rows; the staged in-place body's rounds
+// hold part of a row or several rows); inside a row the threads share out pair chunks and head
+// groups, so that a thread loads its table chunk once per row and loops over heads.
 #pragma once
 
 #include <cstdint>
