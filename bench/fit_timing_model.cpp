@@ -6,9 +6,12 @@
 // replaces the constants in the profile file (its other fields, and the file's layout, are
 // kept).
 //
-//   fit_timing_model [--devices DIR] [--carveout KIB] [--sweep FILE] [--write]
+//   fit_timing_model [--devices DIR] [--carveout KIB] [--sweep FILE] [--hold NAME=VALUE]...
+//                    [--write]
 //     DIR: cuda/host/devices of the source tree; --carveout: fit with this carveout only;
-//     --sweep: memory_sweep's JSON, fitted together with the rows
+//     --sweep: memory_sweep's JSON, fitted together with the rows; --hold: keep a fitted
+//     constant (dram_latency, latency_load_factor, l2_latency, launch_overhead, copy_overhead,
+//     dram_density_exponent, phase_tail; seconds for times) at VALUE
 //   fit_timing_model --record [--devices DIR]
 //     run this build's kernels under the GPU model and record their figures in the calibration
 //     rows: only while the kernels are the ones the rows measured
@@ -40,6 +43,19 @@ std::string g(double x) {
   return buf;
 }
 
+// NAME=VALUE of --hold into `options`; false (after saying why) where it is not one.
+bool held_constant(const std::string& text, FitOptions& options) {
+  const std::size_t eq = text.find('=');
+  char* end = nullptr;
+  const double value = eq == std::string::npos ? 0 : std::strtod(text.c_str() + eq + 1, &end);
+  if (eq == std::string::npos || eq == 0 || end == text.c_str() + eq + 1 || *end != '\0') {
+    std::fprintf(stderr, "fit_timing_model: --hold wants NAME=VALUE, not '%s'\n", text.c_str());
+    return false;
+  }
+  options.held.emplace_back(text.substr(0, eq), value);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,10 +69,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--sweep") && i + 1 < argc) sweep_file = argv[++i];
     else if (!std::strcmp(argv[i], "--carveout") && i + 1 < argc)
       options.carveouts_kib = {std::atoi(argv[++i])};
+    else if (!std::strcmp(argv[i], "--hold") && i + 1 < argc && held_constant(argv[++i], options))
+      continue;
     else {
       std::fprintf(stderr,
                    "usage: fit_timing_model [--devices DIR] [--carveout KIB] [--sweep FILE] "
-                   "[--write] | --record\n");
+                   "[--hold NAME=VALUE]... [--write] | --record\n");
       return 2;
     }
   }

@@ -7,6 +7,8 @@
 // coordinate descent from the best point.
 #pragma once
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "mlarope/timing.h"
@@ -28,6 +30,9 @@ struct FitOptions {
   /// Carveouts to try, KiB (sm_90's); empty: keep the start's.
   std::vector<int> carveouts_kib = {8, 16, 32, 64, 100, 132, 164, 196, 228};
   unsigned seed = 20261205;
+  /// Constants held at a value, not fitted (a profile field name and its value): what another
+  /// measurement settled, such as the idle DRAM latency.
+  std::vector<std::pair<std::string, double>> held;
 };
 
 /// The constants, within their plausible ranges, that best explain `rows` and `sweep` (either

@@ -134,3 +134,32 @@ TEST(TimingSweep, ASweepMeasuredOnADeviceGivesItsConstantsBack) {
   EXPECT_GT(fit_errors({}, sweep, device_profile("h200")).largest, 0.5);
   EXPECT_THROW(fit_device_profile({}, {}, truth, options), Error);
 }
+
+TEST(TimingSweep, AHeldConstantKeepsItsValueAndTheOthersAreFitted) {
+  DeviceProfile truth = device_profile("h200");
+  truth.dram_latency = 600e-9;
+  truth.latency_load_factor = 0.5;
+  truth.dram_density_exponent = 0.3;
+  std::vector<SweepPoint> sweep = sweep_plan(truth, std::int64_t{256} << 20);
+  for (SweepPoint& p : sweep) p.seconds = predict_sweep_seconds(p, truth);
+  FitOptions options;
+  options.random_points = 5000;
+  options.carveouts_kib = {};
+  // Held at the truth: kept to the bit, the free constants found around it.
+  options.held = {{"dram_latency", 600e-9}, {"latency_load_factor", 0.5}};
+  const DeviceProfile right = fit_device_profile({}, sweep, device_profile("h200"), options);
+  EXPECT_EQ(right.dram_latency, 600e-9);
+  EXPECT_EQ(right.latency_load_factor, 0.5);
+  EXPECT_NEAR(right.dram_density_exponent, 0.3, 0.05);
+  EXPECT_LT(fit_errors({}, sweep, right).largest, 0.02);
+  // Held at a wrong latency, from a start that explains the sweep exactly: kept, and the
+  // sweep says so in the errors.
+  options.held = {{"dram_latency", 350e-9}, {"latency_load_factor", 0.5}};
+  const DeviceProfile wrong = fit_device_profile({}, sweep, truth, options);
+  EXPECT_EQ(wrong.dram_latency, 350e-9);
+  EXPECT_GT(fit_errors({}, sweep, wrong).largest, 0.1);
+  options.held = {{"dram_latency_ns", 600}};  // not a fitted constant
+  EXPECT_THROW(fit_device_profile({}, sweep, truth, options), Error);
+  options.held = {{"dram_latency", 600}};  // seconds, not nanoseconds: outside its range
+  EXPECT_THROW(fit_device_profile({}, sweep, truth, options), Error);
+}
