@@ -2,13 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """The timing model's batches of loads held to the compiled code (CTest `sass_batches`).
 
-The GPU model counts a thread's loads since its last store (or MLAROPE_END_LOAD_BATCH) as one
-batch in flight, and the timing model prices a kernel by those batches. That holds only if the
-compiler keeps them: a source change that it serializes (a load, its use, the next load) would
-leave the model's figures standing while the kernel slows. This check disassembles the built
-CUDA kernels with their inlined source lines (nvcc -lineinfo; cuobjdump -xelf, nvdisasm -gi)
-and cuts each kernel's code into straight runs (a run ends at a global store and at a backward
-branch). It requires, for every kernel the benchmark shapes run:
+The GPU model counts a thread's loads since its last store, global or shared (or
+MLAROPE_END_LOAD_BATCH), as one batch in flight, and the timing model prices a kernel by those
+batches. That holds only if the compiler keeps them: a source change that it serializes (a
+load, its use, the next load) would leave the model's figures standing while the kernel slows.
+This check disassembles the built CUDA kernels with their inlined source lines (nvcc -lineinfo;
+cuobjdump -xelf, nvdisasm -gi) and cuts each kernel's code into straight runs (a run ends at a
+global or shared store and at a backward branch). It requires, for every kernel the benchmark
+shapes run:
   - at each batched load of the sources (a line marked `// SASS batch: NAME` in cuda/kernels/,
     or the line after such a comment; NAME the constant of its batch's size), a run holding
     at least NAME of that line's loads: the batch's loop was unrolled, not left to issue one
@@ -70,7 +71,8 @@ def batch_sites(sources):
 
 def analyse(sass, sites):
     """{function: (longest run of load bytes, {site: most of its loads in one run})} of
-    nvdisasm -gi text. A run ends at a global store and at a branch to an earlier address."""
+    nvdisasm -gi text. A run ends at a global or shared store and at a branch to an earlier
+    address."""
     result = {}
     for part in re.split(r"\n\.text\.", sass)[1:]:
         mangled = part.split(":", 1)[0].strip()
@@ -100,7 +102,7 @@ def analyse(sass, sites):
                 continue
             at, instruction = int(m.group(1), 16), m.group(2)
             here, chain = chain, set()
-            op = re.search(r"\b(LDG|STG|BRA)((?:\.[A-Z0-9_]+)*)", instruction)
+            op = re.search(r"\b(LDG|STG|STS|BRA)((?:\.[A-Z0-9_]+)*)", instruction)
             if not op:
                 continue
             if op.group(1) == "LDG":
@@ -147,11 +149,20 @@ def selftest():
 .text._Z1gv:
         /*0000*/                   LDG.E R4, desc[UR4][R2.64] ;
         /*0010*/                   STG.E desc[UR4][R6.64], R4 ;
+.text._Z1hv:
+        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/                   STS.128 [R0], R4 ;
+        /*0020*/                   LDG.E.128 R8, desc[UR4][R2.64+0x10] ;
 """
     got = analyse(sass, {("segment_copy.h", 60): 2, ("rope.h", 9): 2})
     # f: 16 + 16 + 8 = 40 before the store, two loads of segment_copy.h:60 in that run; the
     # loop's back edge cuts rope.h:9's two loads apart; 2 + 4 run on past a forward branch.
-    expected = {"_Z1fv": (40, {("segment_copy.h", 60): 2, ("rope.h", 9): 1}), "_Z1gv": (4, {})}
+    # h: a shared store ends a run as a global one does.
+    expected = {
+        "_Z1fv": (40, {("segment_copy.h", 60): 2, ("rope.h", 9): 1}),
+        "_Z1gv": (4, {}),
+        "_Z1hv": (16, {}),
+    }
     if got != expected:
         print(f"sass_batches selftest: {got} != {expected}")
         return 1

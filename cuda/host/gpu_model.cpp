@@ -170,6 +170,8 @@ bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
     return false;
   }
   if (access == Access::atomic) return true;
+  // A store to shared memory waits for the load it stores, as a global store does: the batch ends.
+  if (access == Access::store) batch_open_ = false;
   check_race([this](std::uintptr_t granule)
                  -> Shadow& { return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)]; },
              a, bytes, access);

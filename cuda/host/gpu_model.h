@@ -16,7 +16,8 @@
 //     the distinct sectors read plus the distinct sectors written (the predicted DRAM traffic: each
 //     sector fetched once, each written sector written back once);
 //   - round trips, for the timing model: per thread and phase, the batches of loads that can
-//     be in flight together (ModelLaunchStats), and per block the critical path.
+//     be in flight together (ModelLaunchStats: a batch ends at a store, global or shared, or
+//     at MLAROPE_END_LOAD_BATCH), and per block the critical path.
 // The executor runs a recorded launch on one thread, calling begin_thread before each thread
 // and, for a phased body, begin_phase before each phase of a block; a block's threads all run
 // before the next block's, so the per-warp records are folded and freed block by block.

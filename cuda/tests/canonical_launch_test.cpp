@@ -457,9 +457,9 @@ TEST(GpuModelLaunch, RefusesConfigurationsAGpuRefuses) {
 // first threads a pair chunk's 4 runs of kPairs floats of the half-layout f32 table): a round,
 // of one row (DeepSeek-V3) or of 4 to 8 (16 heads), waits for one round trip, in one phase with
 // loads, and its work phase loads nothing. Loading the coefficients in the work phase makes
-// two phases with loads a round and 9 round trips (bf16). The model ends a batch at a global
-// store only, so it counts the prepare phase's loads as one batch however they are staged
-// into shared memory: that the chunks are loaded 8 at a time is held by sass_batches.
+// two phases with loads a round and 9 round trips (bf16); staging each chunk, or each 4, as
+// it is loaded makes as many round trips as stores end batches (a store to shared memory ends
+// a batch as a global one does). sass_batches holds the compiled code to the 8.
 TEST(StagedRounds, ARoundWaitsForOneBatchInOnePhase) {
   for (const char* name :
        {"q rope_inplace bf16", "q rope_inplace f32", "q rope_inplace thd bf16",

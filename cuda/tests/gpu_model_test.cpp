@@ -174,6 +174,38 @@ TEST(GpuModelRefusals, NoHelperMakesAnAccessTheModelRefuses) {
       << recorder.findings()[0];
 }
 
+// A thread's loads are one batch (one round trip) until it stores, to global or to shared
+// memory (the store waits for what it stores), or until MLAROPE_END_LOAD_BATCH.
+TEST(GpuModelBatches, AStoreGlobalOrSharedOrAnEndMarkClosesABatch) {
+  alignas(16) float input[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  alignas(16) float output[8] = {};
+  alignas(16) float shared[4] = {};
+  detail::Footprint footprint;
+  footprint.add("in", contiguous_view<const void>(input, DType::f32, {8}), detail::RegionUse::read);
+  footprint.add("out", contiguous_view<void>(output, DType::f32, {8}), detail::RegionUse::write);
+  kernels::gpu_model::Recorder recorder("batches", footprint);
+  recorder.begin_thread(kernels::GridCoord{});
+  recorder.begin_phase(0, 0, shared, sizeof shared);
+  kernels::gpu_model::t_recorder = &recorder;
+  const float a = kernels::global_load(input) + kernels::global_load(input + 1);  // batch 1
+  kernels::shared_store(shared, a);
+  const float b = kernels::global_load(input + 2) + kernels::global_load(input + 3);  // batch 2
+  kernels::global_store(output, b);
+  const float c = kernels::global_load(input + 4);  // batch 3
+  MLAROPE_END_LOAD_BATCH();
+  const float d = kernels::global_load(input + 5) + kernels::shared_load(shared);  // batch 4
+  kernels::global_store(output + 1, c + d);
+  kernels::gpu_model::t_recorder = nullptr;
+  recorder.finish();
+  const kernels::gpu_model::LaunchStats stats = recorder.stats();
+  EXPECT_EQ(stats.errors, 0);
+  EXPECT_EQ(stats.load_batches, 4);
+  EXPECT_EQ(stats.round_trips, 4);
+  EXPECT_EQ(stats.largest_batch_bytes, 8);
+  EXPECT_EQ(output[0], 7.0f);
+  EXPECT_EQ(output[1], 14.0f);
+}
+
 // A footprint holds kCapacity tensors (more than any call has); past that, adding is a no-op,
 // never a write past its array.
 TEST(GpuModelRefusals, AFootprintStopsAtItsCapacity) {
