@@ -478,14 +478,17 @@ ModelTarget model_target(const Shape& shape) {
 }
 
 // `--model-table`: for every op and shape of the set, the timing model's H200 prediction of
-// the kernels against a copy of the same bytes, with occupancy, bytes in flight and waves, and
-// whether it meets model_target; a Markdown table on stdout. Exit status 1 when a row misses.
+// the kernels against a copy of the same bytes, with occupancy, bytes in flight, waves, the
+// share of the copy bandwidth it draws and what bounds it, and whether it meets model_target; a
+// Markdown table on stdout. Exit status 1 when a row misses.
 int run_model_table(bool full, const std::string& json_path) {
   const DeviceProfile& h200 = model_device();
   std::string json = "[";
-  std::printf("| op | shape | model us | copy us | model / copy | floor fraction | blocks/SM "
-              "(limit) | KiB in flight/SM | waves | round trips | target | meets |\n"
-              "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|\n");
+  std::printf(
+      "| op | shape | model us | copy us | model / copy | floor fraction | blocks/SM "
+      "(limit) | KiB in flight/SM | waves | round trips | DRAM drawn / available | bound by | "
+      "target | meets |\n"
+      "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|---|\n");
   int missed = 0, rows = 0;
   for (const Shape& shape : bench_shapes(full)) {
     Fixture fixture(shape);
@@ -499,23 +502,28 @@ int run_model_table(bool full, const std::string& json_path) {
       char wanted[64];
       std::snprintf(wanted, sizeof wanted, "<= %.2fx%s", target.copy_ratio,
                     target.floor_fraction > 0 ? ", >= 0.85" : "");
-      std::printf(
-          "| %s | %s | %.1f | %.1f | %.2f | %.2f | %d (%s) | %.1f | %.2f | %.1f | %s | %s |\n",
-          to_string(op).c_str(), shape_label(shape).c_str(), p.seconds * 1e6, copy.seconds * 1e6,
-          ratio, p.floor_fraction, p.occupancy.blocks_per_sm, p.occupancy.limit.c_str(),
-          p.bytes_in_flight_per_sm / 1024, p.waves, p.round_trips_per_block, wanted,
-          meets ? "yes" : "**no**");
+      std::printf("| %s | %s | %.1f | %.1f | %.2f | %.2f | %d (%s) | %.1f | %.2f | %.1f | %.2f / "
+                  "%.2f | %s | "
+                  "%s | %s |\n",
+                  to_string(op).c_str(), shape_label(shape).c_str(), p.seconds * 1e6,
+                  copy.seconds * 1e6, ratio, p.floor_fraction, p.occupancy.blocks_per_sm,
+                  p.occupancy.limit.c_str(), p.bytes_in_flight_per_sm / 1024, p.waves,
+                  p.round_trips_per_block, p.bandwidth_drawn, p.bandwidth_available,
+                  p.limit.c_str(), wanted, meets ? "yes" : "**no**");
       std::fflush(stdout);
       char line[512];
       std::snprintf(line, sizeof line,
                     "%s\n {\"op\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
                     "\"model_us\": %.3f, \"copy_us\": %.3f, \"floor_fraction\": %.4f, "
                     "\"blocks_per_sm\": %d, \"KiB_in_flight_per_sm\": %.2f, \"waves\": %.3f, "
-                    "\"round_trips\": %.2f, \"largest_batch_bytes\": %lld, \"meets\": %s}",
+                    "\"round_trips\": %.2f, \"largest_batch_bytes\": %lld, "
+                    "\"bandwidth_drawn\": %.4f, \"bandwidth_available\": %.4f, "
+                    "\"bound\": \"%s\", \"meets\": %s}",
                     rows > 0 ? "," : "", to_string(op).c_str(), shape_label(shape).c_str(),
                     f.cuda_kernel.c_str(), p.seconds * 1e6, copy.seconds * 1e6, p.floor_fraction,
                     p.occupancy.blocks_per_sm, p.bytes_in_flight_per_sm / 1024, p.waves,
                     p.round_trips_per_block, static_cast<long long>(f.largest_batch_bytes),
+                    p.bandwidth_drawn, p.bandwidth_available, p.limit.c_str(),
                     meets ? "true" : "false");
       json += line;
       ++rows;

@@ -114,7 +114,8 @@ void print_model_stats(const std::vector<ModelLaunchStats>& launches, std::int64
               << " us, " << p.occupancy.blocks_per_sm << " blocks/SM (" << p.occupancy.limit
               << "), " << p.waves << " waves, " << p.round_trips_per_block
               << " round trips a block, " << p.bytes_in_flight_per_sm / 1024
-              << " KiB in flight an SM, " << p.limit << " bound\n";
+              << " KiB in flight an SM, " << p.bandwidth_drawn << " of the copy bandwidth drawn ("
+              << p.bandwidth_available << " available), " << p.limit << " bound\n";
   }
   if (launches.empty() || minimum <= 0) return;
   std::cout << "  GPU model: predicted DRAM " << dram << " bytes = " << std::setprecision(3)

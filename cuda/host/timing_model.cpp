@@ -253,7 +253,8 @@ TimePrediction predict_time(const ModelLaunchStats& s, const KernelResource& ker
   if (s.dram_chunks > 0)
     p.dram_density = std::min(1.0, static_cast<double>(s.touched_bytes) /
                                        (static_cast<double>(s.dram_chunks) * 1024));
-  const double bandwidth = d.copy_bandwidth * std::pow(p.dram_density, d.dram_density_exponent);
+  p.bandwidth_available = std::pow(p.dram_density, d.dram_density_exponent);
+  const double bandwidth = d.copy_bandwidth * p.bandwidth_available;
   double seconds = d.launch_overhead;
   for (double left = active; left > 0; left -= resident) {
     const double blocks = std::min(left, resident);
@@ -261,9 +262,11 @@ TimePrediction predict_time(const ModelLaunchStats& s, const KernelResource& ker
     const double t =
         wave_seconds(d, bandwidth, p.round_trips_per_block, p.index_round_trips_per_block,
                      p.load_phases_per_block, p.dram_bytes * blocks / active, &latency);
-    if (left == active) {
+    if (left == active) {  // the first wave: its latency and how busy it keeps the DRAM
       p.latency = latency;
-      p.limit = t <= 1.0001 * p.dram_bytes * blocks / active / bandwidth ? "bandwidth" : "latency";
+      const double busy = p.dram_bytes * blocks / active / bandwidth / t;
+      p.bandwidth_drawn = busy * p.bandwidth_available;
+      p.limit = busy >= TimePrediction::kBandwidthBound ? "bandwidth" : "latency";
     }
     seconds += t;
   }
@@ -278,6 +281,7 @@ TimePrediction predict_copy_time(std::int64_t bytes, const DeviceProfile& d) {
   p.seconds = d.copy_overhead + p.dram_bytes / d.copy_bandwidth;
   p.floor_fraction = p.dram_bytes / d.copy_bandwidth / p.seconds;
   p.fits_l2 = p.dram_bytes <= d.l2_bytes;
+  p.bandwidth_drawn = p.floor_fraction;
   p.limit = "bandwidth";
   return p;
 }

@@ -117,8 +117,11 @@ TEST(TimingModel, PredictionsMoveWithRoundTripsWavesAndDensity) {
   const std::int64_t bytes = 100 << 20;
   const TimePrediction many = predict_time(launch(1024, 24, bytes), k, d, bytes);
   const TimePrediction few = predict_time(launch(1024, 4, bytes), k, d, bytes);
-  EXPECT_EQ(many.limit, "latency");
+  EXPECT_EQ(many.limit, "latency");  // its round trips leave the DRAM idle most of the time
+  EXPECT_EQ(many.bandwidth_available, 1.0);
+  EXPECT_LT(many.bandwidth_drawn, TimePrediction::kBandwidthBound);
   EXPECT_LT(few.seconds, many.seconds);
+  EXPECT_GT(few.bandwidth_drawn, many.bandwidth_drawn);
   EXPECT_NEAR(many.waves, 1024.0 / (6 * 132), 1e-12);
   // Latency bound: two waves (792 + 232 blocks), each at least 24 round trips of the idle
   // latency plus the phase tail, plus the launch.
@@ -127,11 +130,18 @@ TEST(TimingModel, PredictionsMoveWithRoundTripsWavesAndDensity) {
   const TimePrediction streaming = predict_time(launch(792, 1, bytes), k, d, bytes);
   EXPECT_GE(streaming.seconds, d.launch_overhead + bytes / d.copy_bandwidth);
   EXPECT_LT(streaming.floor_fraction, 1.0);
+  EXPECT_EQ(streaming.limit, "bandwidth");
+  EXPECT_GT(streaming.bandwidth_drawn, TimePrediction::kBandwidthBound);
+  EXPECT_LT(streaming.bandwidth_drawn, 1.0);
   // A third of each DRAM chunk used: a third of the bandwidth (exponent 1), so slower.
   ModelLaunchStats sparse = launch(792, 1, bytes);
   sparse.dram_chunks = 3 * bytes / 1024;
   const TimePrediction strided = predict_time(sparse, k, d, bytes);
   EXPECT_NEAR(strided.dram_density, 1.0 / 3, 1e-9);
+  EXPECT_NEAR(strided.bandwidth_available, 1.0 / 3, 1e-9);
+  EXPECT_EQ(strided.limit, "bandwidth");  // of the third it has
+  EXPECT_GT(strided.bandwidth_drawn, TimePrediction::kBandwidthBound / 3);
+  EXPECT_LT(strided.bandwidth_drawn, 1.0 / 3);
   EXPECT_GT(strided.seconds, d.launch_overhead + 3.0 * bytes / d.copy_bandwidth);
   // A sample of one block in 16 stands for the whole grid.
   ModelLaunchStats sample = launch(1024, 24, bytes);
@@ -143,6 +153,8 @@ TEST(TimingModel, PredictionsMoveWithRoundTripsWavesAndDensity) {
   // The copy: its overhead plus the bytes at the copy bandwidth.
   EXPECT_NEAR(predict_copy_time(bytes, d).seconds, d.copy_overhead + bytes / d.copy_bandwidth,
               1e-15);
+  EXPECT_EQ(predict_copy_time(bytes, d).bandwidth_drawn,
+            predict_copy_time(bytes, d).floor_fraction);
 }
 
 #if defined(MLAROPE_BUILT_PTXAS)

@@ -105,8 +105,14 @@ struct TimePrediction {
   double latency = 0;       ///< s, the loaded DRAM latency of the first wave
   double dram_bytes = 0;    ///< the launch's traffic (scaled up from a sample)
   double dram_density = 1;  ///< the share of each DRAM chunk it opens that it uses
-  bool fits_l2 = false;     ///< the traffic fits the L2 (a warm call would be faster)
-  std::string limit;        ///< "latency" or "bandwidth", of the first wave
+  /// Shares of the copy bandwidth: what the launch's DRAM density leaves it, and what its
+  /// first wave draws of that.
+  double bandwidth_available = 1, bandwidth_drawn = 0;
+  bool fits_l2 = false;  ///< the traffic fits the L2 (a warm call would be faster)
+  /// "bandwidth" where the first wave keeps the bandwidth available to it at least
+  /// kBandwidthBound busy, else "latency" (its round trips, not the DRAM, set its time).
+  std::string limit;
+  static constexpr double kBandwidthBound = 0.9;
 };
 
 /// The time of a launch the GPU model ran (`stats`, of the whole grid or of a sample of
