@@ -198,6 +198,8 @@ void set_model_counters(benchmark::State& state, const TimePrediction& p) {
     state.counters["model_waves"] = p.waves;
     state.counters["model_KiB_in_flight_per_sm"] = p.bytes_in_flight_per_sm / 1024;
     state.counters["model_round_trips"] = p.round_trips_per_block;
+    state.counters["model_bandwidth_drawn"] = p.bandwidth_drawn;
+    state.counters["model_bandwidth_available"] = p.bandwidth_available;
   }
 }
 

@@ -298,6 +298,8 @@ std::vector<BenchResult> parse_benchmarks(const json& j, const std::string& wher
     r.model_blocks_per_sm = number_or(b, "model_blocks_per_sm", NAN);
     r.model_waves = number_or(b, "model_waves", NAN);
     r.model_kib_in_flight = number_or(b, "model_KiB_in_flight_per_sm", NAN);
+    r.model_bandwidth_drawn = number_or(b, "model_bandwidth_drawn", NAN);
+    r.model_bandwidth_available = number_or(b, "model_bandwidth_available", NAN);
     results.push_back(r);
   }
   return results;
@@ -353,6 +355,12 @@ static std::string gate_html(const GateResult& gate) {
 // `x` with `digits` decimals and `unit`, or "" when it is NaN (a figure a run did not have).
 static std::string maybe(double x, int digits, const char* unit = "") {
   return std::isnan(x) ? "" : fixed(x, digits) + unit;
+}
+
+// "drawn / available" shares of the copy bandwidth, or "" where the run has no such figures.
+static std::string bandwidth_shares(const BenchResult& r) {
+  if (std::isnan(r.model_bandwidth_drawn) || std::isnan(r.model_bandwidth_available)) return "";
+  return fixed(r.model_bandwidth_drawn, 2) + " / " + fixed(r.model_bandwidth_available, 2);
 }
 
 // The timing model's fraction for a copy of the same bytes as `r` (the op/copy row of its
@@ -418,14 +426,15 @@ std::string markdown_summary(const std::vector<BenchResult>& bench,
     md << "## GPU model and timing model (host backend; predicted on an H200)\n\n"
           "| op | shape | sector efficiency | DRAM / minimum | H200 time | fraction of floor | "
           "copy of the same bytes "
-          "| blocks/SM | waves | KiB in flight/SM |\n|---|---|---|---|---|---|---|---|---|---|\n";
+          "| blocks/SM | waves | KiB in flight/SM | DRAM drawn / available |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const BenchResult* r : model) {
       const double copy = predicted_copy(bench, *r);
       md << "| " << r->op << " | " << r->shape << " | " << fixed(r->model_sector_efficiency, 2)
          << " | " << fixed(r->model_dram_fraction, 2) << " | " << maybe(r->model_time_us, 1, " us")
          << " | " << maybe(r->model_floor_fraction, 2) << " | " << maybe(copy, 2) << " | "
          << maybe(r->model_blocks_per_sm, 0) << " | " << maybe(r->model_waves, 2) << " | "
-         << maybe(r->model_kib_in_flight, 1) << " |\n";
+         << maybe(r->model_kib_in_flight, 1) << " | " << bandwidth_shares(*r) << " |\n";
     }
     md << "\n";
   }
@@ -531,10 +540,12 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
          "(include/mlarope/timing.h, "
          "fitted to the H200's measurements): the time of one call, its fraction of the copy "
          "floor, the same for a "
-         "copy of the op's bytes, resident blocks per SM, waves and bytes in flight per SM.</p>\n"
+         "copy of the op's bytes, resident blocks per SM, waves, bytes in flight per SM, and the "
+         "shares of the copy bandwidth its first wave draws and its DRAM page density leaves it."
+         "</p>\n"
          "<table><tr><th>op</th><th>shape</th><th>sector efficiency</th><th>DRAM / minimum</th>"
          "<th>H200 time</th><th>fraction of floor</th><th>copy</th><th>blocks/SM</th><th>waves</th>"
-         "<th>KiB in flight/SM</th></tr>\n";
+         "<th>KiB in flight/SM</th><th>DRAM drawn / available</th></tr>\n";
     for (const BenchResult* r : model)
       h << "<tr><td>" << escape(r->op) << "</td><td>" << escape(r->shape) << "</td><td>"
         << fixed(r->model_sector_efficiency, 3) << "</td><td>" << fixed(r->model_dram_fraction, 3)
@@ -542,7 +553,7 @@ std::string html_page(const std::vector<BenchResult>& bench, const std::vector<F
         << maybe(r->model_floor_fraction, 2) << "</td><td>" << maybe(predicted_copy(bench, *r), 2)
         << "</td><td>" << maybe(r->model_blocks_per_sm, 0) << "</td><td>"
         << maybe(r->model_waves, 2) << "</td><td>" << maybe(r->model_kib_in_flight, 1)
-        << "</td></tr>\n";
+        << "</td><td>" << bandwidth_shares(*r) << "</td></tr>\n";
     h << "</table>\n";
   }
   h << kernel_resources_html(kernels);

@@ -24,12 +24,15 @@ struct BenchResult {
   double model_sector_efficiency = __builtin_nan("");
   double model_dram_fraction = __builtin_nan("");
   /// The timing model's prediction of the call on an H200 (NaN when absent): its fraction of
-  /// the copy floor, time, resident blocks per SM, waves and KiB in flight per SM.
+  /// the copy floor, time, resident blocks per SM, waves, KiB in flight per SM, and the shares
+  /// of the copy bandwidth its first wave draws and its DRAM page density leaves it.
   double model_floor_fraction = __builtin_nan("");
   double model_time_us = __builtin_nan("");
   double model_blocks_per_sm = __builtin_nan("");
   double model_waves = __builtin_nan("");
   double model_kib_in_flight = __builtin_nan("");
+  double model_bandwidth_drawn = __builtin_nan("");
+  double model_bandwidth_available = __builtin_nan("");
   /// "op/backend/shape": the key baselines use.
   std::string key() const { return op + "/" + backend + "/" + shape; }
 };

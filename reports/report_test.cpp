@@ -18,7 +18,8 @@ json bench_json(double host_fraction) {
      "time_unit": "ms", "GBps": 20.0, "floor_fraction": )" +
                      std::to_string(host_fraction) + R"(, "bytes": 5e7,
      "model_sector_efficiency": 1.0, "model_dram_fraction": 1.0, "model_floor_fraction": 0.5,
-     "model_time_us": 47.6, "model_blocks_per_sm": 6, "model_waves": 1.29, "model_KiB_in_flight_per_sm": 14.0},
+     "model_time_us": 47.6, "model_blocks_per_sm": 6, "model_waves": 1.29, "model_KiB_in_flight_per_sm": 14.0,
+     "model_bandwidth_drawn": 0.36, "model_bandwidth_available": 0.4},
     {"name": "rope/copy/dsv3/sbhd/T1024/bf16/real_time", "run_type": "iteration", "real_time": 1.5,
      "time_unit": "ms", "GBps": 30.0, "floor_fraction": 0.9, "bytes": 5e7, "model_floor_fraction": 0.87},
     {"name": "rope/reference/dsv3/sbhd/T1024/bf16/real_time", "run_type": "iteration", "real_time": 40000,
@@ -41,7 +42,7 @@ TEST(Report, ParsesMlaropeBenchNamesAndUnits) {
 TEST(Report, SummaryShowsTheTimingModelsPredictionBesideTheSectorFigures) {
   const std::string md = markdown_summary(parse_benchmarks(bench_json(0.5), "b.json"), {}, nullptr);
   EXPECT_NE(md.find("| rope | dsv3/sbhd/T1024/bf16 | 1.00 | 1.00 | 47.6 us | 0.50 | 0.87 | 6 | "
-                    "1.29 | 14.0 |"),
+                    "1.29 | 14.0 | 0.36 / 0.40 |"),
             std::string::npos)
       << md;
 }
