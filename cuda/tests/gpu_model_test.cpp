@@ -206,6 +206,34 @@ TEST(GpuModelBatches, AStoreGlobalOrSharedOrAnEndMarkClosesABatch) {
   EXPECT_EQ(output[1], 14.0f);
 }
 
+// A load of an index array (cu_seqlens, position ids) is a round trip of its own, to the L2:
+// its value is an address to come, so the data loads before it and after it are two batches.
+TEST(GpuModelBatches, AnIndexLoadIsARoundTripOfItsOwn) {
+  alignas(16) float input[4] = {1, 2, 3, 4};
+  alignas(16) float output[4] = {};
+  alignas(16) std::int32_t index[4] = {0, 2, 0, 0};
+  detail::Footprint footprint;
+  footprint.add("in", contiguous_view<const void>(input, DType::f32, {4}), detail::RegionUse::read);
+  footprint.add("out", contiguous_view<void>(output, DType::f32, {4}), detail::RegionUse::write);
+  footprint.add("index", IndexView{index, IndexType::i32, 4});
+  kernels::gpu_model::Recorder recorder("index", footprint);
+  recorder.begin_thread(kernels::GridCoord{});
+  kernels::gpu_model::t_recorder = &recorder;
+  const float a = kernels::global_load(input);              // batch 1
+  const std::int32_t at = kernels::global_load(index + 1);  // an index round trip
+  const float b = kernels::global_load(input + at);         // batch 2
+  kernels::global_store(output, a + b);
+  kernels::gpu_model::t_recorder = nullptr;
+  recorder.finish();
+  const kernels::gpu_model::LaunchStats stats = recorder.stats();
+  EXPECT_EQ(stats.errors, 0);
+  EXPECT_EQ(stats.index_loads, 1);
+  EXPECT_EQ(stats.index_round_trips, 1);
+  EXPECT_EQ(stats.load_batches, 2);
+  EXPECT_EQ(stats.round_trips, 2);
+  EXPECT_EQ(output[0], 4.0f);
+}
+
 // A footprint holds kCapacity tensors (more than any call has); past that, adding is a no-op,
 // never a write past its array.
 TEST(GpuModelRefusals, AFootprintStopsAtItsCapacity) {
