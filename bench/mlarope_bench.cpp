@@ -504,9 +504,8 @@ int run_model_table(bool full, const std::string& json_path) {
       char wanted[64];
       std::snprintf(wanted, sizeof wanted, "<= %.2fx%s", target.copy_ratio,
                     target.floor_fraction > 0 ? ", >= 0.85" : "");
-      std::printf("| %s | %s | %.1f | %.1f | %.2f | %.2f | %d (%s) | %.1f | %.2f | %.1f | %.2f / "
-                  "%.2f | %s | "
-                  "%s | %s |\n",
+      std::printf("| %s | %s | %.1f | %.1f | %.2f | %.2f | %d (%s) | %.1f | %.2f | %.1f "
+                  "| %.2f / %.2f | %s | %s | %s |\n",
                   to_string(op).c_str(), shape_label(shape).c_str(), p.seconds * 1e6,
                   copy.seconds * 1e6, ratio, p.floor_fraction, p.occupancy.blocks_per_sm,
                   p.occupancy.limit.c_str(), p.bytes_in_flight_per_sm / 1024, p.waves,

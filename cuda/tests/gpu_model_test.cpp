@@ -174,6 +174,21 @@ TEST(GpuModelRefusals, NoHelperMakesAnAccessTheModelRefuses) {
       << recorder.findings()[0];
 }
 
+// What the model records of `body` run as one thread of a one-block launch over `footprint`,
+// with `shared` as the block's shared memory (none where null).
+template <class Body>
+kernels::gpu_model::LaunchStats one_thread(const detail::Footprint& footprint, float* shared,
+                                           std::size_t shared_bytes, Body body) {
+  kernels::gpu_model::Recorder recorder("one thread", footprint);
+  recorder.begin_thread(kernels::GridCoord{});
+  if (shared != nullptr) recorder.begin_phase(0, 0, shared, shared_bytes);
+  kernels::gpu_model::t_recorder = &recorder;
+  body();
+  kernels::gpu_model::t_recorder = nullptr;
+  recorder.finish();
+  return recorder.stats();
+}
+
 // A thread's loads are one batch (one round trip) until it stores, to global or to shared
 // memory (the store waits for what it stores), or until MLAROPE_END_LOAD_BATCH.
 TEST(GpuModelBatches, AStoreGlobalOrSharedOrAnEndMarkClosesABatch) {
@@ -183,21 +198,16 @@ TEST(GpuModelBatches, AStoreGlobalOrSharedOrAnEndMarkClosesABatch) {
   detail::Footprint footprint;
   footprint.add("in", contiguous_view<const void>(input, DType::f32, {8}), detail::RegionUse::read);
   footprint.add("out", contiguous_view<void>(output, DType::f32, {8}), detail::RegionUse::write);
-  kernels::gpu_model::Recorder recorder("batches", footprint);
-  recorder.begin_thread(kernels::GridCoord{});
-  recorder.begin_phase(0, 0, shared, sizeof shared);
-  kernels::gpu_model::t_recorder = &recorder;
-  const float a = kernels::global_load(input) + kernels::global_load(input + 1);  // batch 1
-  kernels::shared_store(shared, a);
-  const float b = kernels::global_load(input + 2) + kernels::global_load(input + 3);  // batch 2
-  kernels::global_store(output, b);
-  const float c = kernels::global_load(input + 4);  // batch 3
-  MLAROPE_END_LOAD_BATCH();
-  const float d = kernels::global_load(input + 5) + kernels::shared_load(shared);  // batch 4
-  kernels::global_store(output + 1, c + d);
-  kernels::gpu_model::t_recorder = nullptr;
-  recorder.finish();
-  const kernels::gpu_model::LaunchStats stats = recorder.stats();
+  const kernels::gpu_model::LaunchStats stats = one_thread(footprint, shared, sizeof shared, [&] {
+    const float a = kernels::global_load(input) + kernels::global_load(input + 1);  // batch 1
+    kernels::shared_store(shared, a);
+    const float b = kernels::global_load(input + 2) + kernels::global_load(input + 3);  // batch 2
+    kernels::global_store(output, b);
+    const float c = kernels::global_load(input + 4);  // batch 3
+    MLAROPE_END_LOAD_BATCH();
+    const float d = kernels::global_load(input + 5) + kernels::shared_load(shared);  // batch 4
+    kernels::global_store(output + 1, c + d);
+  });
   EXPECT_EQ(stats.errors, 0);
   EXPECT_EQ(stats.load_batches, 4);
   EXPECT_EQ(stats.round_trips, 4);
@@ -216,16 +226,12 @@ TEST(GpuModelBatches, AnIndexLoadIsARoundTripOfItsOwn) {
   footprint.add("in", contiguous_view<const void>(input, DType::f32, {4}), detail::RegionUse::read);
   footprint.add("out", contiguous_view<void>(output, DType::f32, {4}), detail::RegionUse::write);
   footprint.add("index", IndexView{index, IndexType::i32, 4});
-  kernels::gpu_model::Recorder recorder("index", footprint);
-  recorder.begin_thread(kernels::GridCoord{});
-  kernels::gpu_model::t_recorder = &recorder;
-  const float a = kernels::global_load(input);              // batch 1
-  const std::int32_t at = kernels::global_load(index + 1);  // an index round trip
-  const float b = kernels::global_load(input + at);         // batch 2
-  kernels::global_store(output, a + b);
-  kernels::gpu_model::t_recorder = nullptr;
-  recorder.finish();
-  const kernels::gpu_model::LaunchStats stats = recorder.stats();
+  const kernels::gpu_model::LaunchStats stats = one_thread(footprint, nullptr, 0, [&] {
+    const float a = kernels::global_load(input);              // batch 1
+    const std::int32_t at = kernels::global_load(index + 1);  // an index round trip
+    const float b = kernels::global_load(input + at);         // batch 2
+    kernels::global_store(output, a + b);
+  });
   EXPECT_EQ(stats.errors, 0);
   EXPECT_EQ(stats.index_loads, 1);
   EXPECT_EQ(stats.index_round_trips, 1);

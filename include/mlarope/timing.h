@@ -106,7 +106,7 @@ struct TimePrediction {
   double dram_bytes = 0;    ///< the launch's traffic (scaled up from a sample)
   double dram_density = 1;  ///< the share of each DRAM chunk it opens that it uses
   /// Shares of the copy bandwidth: what the launch's DRAM density leaves it, and what its
-  /// first wave draws of that.
+  /// first wave draws (at most the first).
   double bandwidth_available = 1, bandwidth_drawn = 0;
   bool fits_l2 = false;  ///< the traffic fits the L2 (a warm call would be faster)
   /// "bandwidth" where the first wave keeps the bandwidth available to it at least
