@@ -512,18 +512,20 @@ int run_model_table(bool full, const std::string& json_path) {
                   p.round_trips_per_block, p.bandwidth_drawn, p.bandwidth_available,
                   p.limit.c_str(), wanted, meets ? "yes" : "**no**");
       std::fflush(stdout);
-      char line[512];
+      char line[640];
       std::snprintf(line, sizeof line,
                     "%s\n {\"op\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
                     "\"model_us\": %.3f, \"copy_us\": %.3f, \"floor_fraction\": %.4f, "
                     "\"blocks_per_sm\": %d, \"KiB_in_flight_per_sm\": %.2f, \"waves\": %.3f, "
-                    "\"round_trips\": %.2f, \"largest_batch_bytes\": %lld, "
+                    "\"round_trips\": %.2f, \"index_round_trips\": %.2f, \"load_phases\": %.2f, "
+                    "\"latency_us\": %.3f, \"largest_batch_bytes\": %lld, "
                     "\"bandwidth_drawn\": %.4f, \"bandwidth_available\": %.4f, "
                     "\"bound\": \"%s\", \"meets\": %s}",
                     rows > 0 ? "," : "", to_string(op).c_str(), shape_label(shape).c_str(),
                     f.cuda_kernel.c_str(), p.seconds * 1e6, copy.seconds * 1e6, p.floor_fraction,
                     p.occupancy.blocks_per_sm, p.bytes_in_flight_per_sm / 1024, p.waves,
-                    p.round_trips_per_block, static_cast<long long>(f.largest_batch_bytes),
+                    p.round_trips_per_block, p.index_round_trips_per_block, p.load_phases_per_block,
+                    p.latency * 1e6, static_cast<long long>(f.largest_batch_bytes),
                     p.bandwidth_drawn, p.bandwidth_available, p.limit.c_str(),
                     meets ? "true" : "false");
       json += line;

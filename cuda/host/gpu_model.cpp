@@ -18,6 +18,8 @@ bool observe(Recorder& recorder, const void* address, int bytes, Access access) 
 }
 
 void end_load_batch(Recorder& recorder) { recorder.end_load_batch(); }
+void begin_index_batch(Recorder& recorder) { recorder.begin_index_batch(); }
+void end_index_batch(Recorder& recorder) { recorder.end_index_batch(); }
 
 namespace {
 
@@ -287,7 +289,8 @@ void Recorder::count(std::uintptr_t address, int bytes, Access access, bool inde
     stored_bytes_ += bytes;
   } else if (index) {  // its value is an address to come: a round trip of its own
     batch_open_ = false;
-    ++thread_trips_.index;
+    if (index_batch_ != IndexBatch::counted) ++thread_trips_.index;  // unless its batch's is
+    if (index_batch_ == IndexBatch::open) index_batch_ = IndexBatch::counted;
     ++index_loads_;
   } else {
     if (!batch_open_) batch_open_ = true, batch_bytes_ = 0, ++thread_trips_.data, ++load_batches_;
@@ -335,6 +338,7 @@ std::pair<std::int64_t, std::int64_t> distinct_bytes_and_sectors(It first, It la
 
 void Recorder::end_thread() {
   batch_open_ = false;
+  index_batch_ = IndexBatch::none;
   phase_trips_.at_least(thread_trips_);
   thread_trips_ = {};
 }

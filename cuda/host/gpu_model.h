@@ -64,6 +64,10 @@ class Recorder final : public host::ThreadObserver {
   /// The running thread's loads so far are waited for before any that follow (a body's
   /// MLAROPE_END_LOAD_BATCH): its next load opens a new batch.
   void end_load_batch() { batch_open_ = false; }
+  /// The running thread's index loads until end_index_batch were all issued before the first
+  /// of them returned (a body's MLAROPE_BEGIN_INDEX_BATCH): one index round trip, not one each.
+  void begin_index_batch() { index_batch_ = IndexBatch::open; }
+  void end_index_batch() { index_batch_ = IndexBatch::none; }
 
   /// The findings (the first few, each naming kernel, block, thread, address and size).
   const std::vector<std::string>& findings() const { return findings_; }
@@ -168,6 +172,9 @@ class Recorder final : public host::ThreadObserver {
   // Round trips: the current thread's in this phase, the most of any thread of this phase,
   // the current block's over its finished phases, and the finished blocks' total.
   bool batch_open_ = false;
+  /// none: each index load is a round trip of its own; open: the next one is the batch's
+  /// round trip; counted: the batch's round trip is counted.
+  enum class IndexBatch : std::uint8_t { none, open, counted } index_batch_ = IndexBatch::none;
   std::int64_t batch_bytes_ = 0;  ///< of the open batch
   RoundTrips thread_trips_, phase_trips_, block_trips_, launch_trips_;
   std::int64_t block_ = -1;  ///< the block running (-1: none yet)

@@ -45,26 +45,56 @@ struct RowSequence {
   std::int64_t index;  ///< i: the row's sequence, or N for a padding row
   std::int64_t first;  ///< cu[0]
   std::int64_t start;  ///< cu[i]
+  std::int64_t end;    ///< cu[i + 1] (where i < N)
 };
 
+/// Entries of cu_seqlens a step of find_sequence reads together.
+inline constexpr int kSearchProbes = 8;
+
+/// Probe k of a search step over [lo, hi]: lo + k * step, at most hi.
+MLAROPE_HD MLAROPE_INLINE std::int64_t probe(std::int64_t lo, int k, std::int64_t step,
+                                             std::int64_t hi) {
+  return lo + k * step < hi ? lo + k * step : hi;
+}
+
 /// The sequence of THD row r: the largest i in [0, N] whose local start (cu[i] - cu[0]) /
-/// cp_size is at most r (N: padding), by binary search, tested as cu[i] - cu[0] <= r * cp_size.
-/// Each step reads one entry (cu[0] is read once, before): the steps are a chain of dependent
-/// loads, each a round trip, the longest a THD row waits for.
+/// cp_size is at most r (N: padding), tested as cu[i] - cu[0] <= r * cp_size. Each step of
+/// the search loads kSearchProbes entries spread over the candidates left (lo, lo + step, ...,
+/// at most hi), all in flight together (one round trip), and keeps the span from the last that
+/// passes to before the first that fails; then cu[i] and cu[i + 1] together. n candidates take
+/// about log8(n) round trips where halving takes log2(n).
 /// NOTE: meaningful only where the cu_seqlens gate is open (non-decreasing, lengths divisible
-/// by cp_size); elsewhere it still reads inside the array.
+/// by cp_size); elsewhere it still reads inside the array and ends.
 MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::int64_t r) {
   const std::int64_t global_row = r * p.cp_size;
-  const std::int64_t first = global_load(p.cu_seqlens);
-  RowSequence found{0, first, first};  // cu[0] - cu[0] <= r always
-  std::int64_t hi = p.num_sequences;
-  while (found.index < hi) {
-    const std::int64_t mid = found.index + (hi - found.index + 1) / 2;
-    const std::int64_t start = global_load(p.cu_seqlens + mid);
-    if (start - first <= global_row) found.index = mid, found.start = start;
-    else hi = mid - 1;
+  std::int64_t first = 0, lo = 0, hi = p.num_sequences;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const std::int64_t step = (hi - lo + kSearchProbes) / kSearchProbes;  // ceil((hi-lo+1)/K)
+    int probes = 1;  // distinct: those below hi, and hi where they are fewer than all
+    MLAROPE_UNROLL
+    for (int k = 1; k < kSearchProbes; ++k) probes += lo + (k - 1) * step < hi ? 1 : 0;
+    std::int64_t at[kSearchProbes];
+    std::int32_t entry[kSearchProbes] = {};
+    MLAROPE_UNROLL
+    for (int k = 0; k < kSearchProbes; ++k) at[k] = probe(lo, k, step, hi);
+    load_index_batch(p.cu_seqlens, at, entry, probes);
+    if (lo == 0) first = entry[0];
+    // The probes rise and those that pass come first (cu_seqlens non-decreasing), probe lo
+    // among them. Every entry is tested before the span is chosen: a loop that stopped at the
+    // first that fails would let the compiler sink each load below the test of the one before,
+    // one round trip each.
+    int pass = 0;
+    MLAROPE_UNROLL
+    for (int k = 0; k < kSearchProbes; ++k)
+      pass += k < probes && entry[k] - first <= global_row ? 1 : 0;
+    const std::int64_t last_passing = probe(lo, pass > 0 ? pass - 1 : 0, step, hi);
+    if (pass < probes) hi = probe(lo, pass, step, hi) - 1;
+    lo = last_passing;
   }
-  return found;
+  const std::int64_t at[2] = {lo, lo < p.num_sequences ? lo + 1 : lo};
+  std::int32_t entry[2];
+  load_index_batch(p.cu_seqlens, at, entry);
+  return RowSequence{lo, first, entry[0], entry[1]};
 }
 
 /// Element r of the position_ids array.
@@ -78,9 +108,7 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t position_id(const PositionArgs& p, std::i
 MLAROPE_HD MLAROPE_INLINE RowPlan plan_thd_row(const PositionArgs& p, std::int64_t r, bool report) {
   const RowSequence seq = find_sequence(p, r);
   if (seq.index >= p.num_sequences) return {0, false};  // padding row
-  const std::int64_t len =
-      quotient(static_cast<std::int64_t>(global_load(p.cu_seqlens + seq.index + 1)) - seq.start,
-               p.cp_size);
+  const std::int64_t len = quotient(seq.end - seq.start, p.cp_size);
   const std::int64_t local_start = quotient(seq.start - seq.first, p.cp_size);
   std::int64_t freq_row = cp_pos(r - local_start, len, p.cp_size, p.cp_rank);
   if (p.freq_mode == FreqMode::packed) freq_row += seq.start;
@@ -117,16 +145,18 @@ MLAROPE_HD MLAROPE_INLINE DeviceStatus length_bits(const PositionArgs& p, std::i
 
 /// Status bits of sequence i.
 MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits(const PositionArgs& p, std::int64_t i) {
-  return length_bits(p, static_cast<std::int64_t>(global_load(p.cu_seqlens + i + 1)) -
-                            global_load(p.cu_seqlens + i));
+  const std::int64_t at[2] = {i, i + 1};
+  std::int32_t entry[2];
+  load_index_batch(p.cu_seqlens, at, entry);
+  return length_bits(p, static_cast<std::int64_t>(entry[1]) - entry[0]);
 }
 
 /// True when the sequences add up to more than the call's rows: cu[N] - cu[0] > T * cp_size.
 MLAROPE_HD MLAROPE_INLINE bool sequences_exceed_rows(const PositionArgs& p) {
-  const std::int64_t total =
-      static_cast<std::int64_t>(global_load(p.cu_seqlens + p.num_sequences)) -
-      global_load(p.cu_seqlens);
-  return total > p.seq_len * p.cp_size;
+  const std::int64_t at[2] = {0, p.num_sequences};
+  std::int32_t entry[2];
+  load_index_batch(p.cu_seqlens, at, entry);
+  return static_cast<std::int64_t>(entry[1]) - entry[0] > p.seq_len * p.cp_size;
 }
 
 /// The gate's verdict from the per-sequence bits: closed (true) when a rule is broken. The
@@ -140,10 +170,12 @@ MLAROPE_HD MLAROPE_INLINE bool gate_verdict(const PositionArgs& p, const GridCoo
 }
 
 /// Status bits of sequences [i, i + 4): cu[i .. i + 3] in one 16-byte load (cu + i aligned
-/// to 16 bytes) and cu[i + 4].
+/// to 16 bytes) and cu[i + 4], in flight together.
 MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits_x4(const PositionArgs& p, std::int64_t i) {
+  MLAROPE_BEGIN_INDEX_BATCH();
   const RawVector<16> v = load_raw<16>(p.cu_seqlens + i);
   const std::int32_t last = global_load(p.cu_seqlens + i + 4);
+  MLAROPE_END_INDEX_BATCH();
   DeviceStatus bits = kStatusOk;
   for (int k = 0; k < 4; ++k) {
     const auto from = static_cast<std::int32_t>(v.words[k]);

@@ -62,6 +62,9 @@ extern __thread Recorder* t_recorder;
 bool observe(Recorder& recorder, const void* address, int bytes, Access access);
 /// The thread's loads so far are waited for before any that follow.
 void end_load_batch(Recorder& recorder);
+/// The thread's index loads from here to end_index_batch are in flight together.
+void begin_index_batch(Recorder& recorder);
+void end_index_batch(Recorder& recorder);
 }  // namespace gpu_model
 #define MLAROPE_OBSERVE(address, bytes, access)                                                  \
   (::mlarope::kernels::gpu_model::t_recorder == nullptr ||                                       \
@@ -75,12 +78,29 @@ void end_load_batch(Recorder& recorder);
        ? void()                                         \
        : ::mlarope::kernels::gpu_model::end_load_batch( \
              *::mlarope::kernels::gpu_model::t_recorder))
+/// Around index loads (cu_seqlens) whose addresses are all known before the first of them:
+/// they are in flight together, one round trip, where an index load alone is a round trip of
+/// its own (its value usually names the next address). NOTE: no load between the two may take
+/// its address from another's value; the GPU model cannot see that, so it is kept to
+/// load_index_batch and the gate's group of entries (kernels/freq_row.h).
+#define MLAROPE_BEGIN_INDEX_BATCH()                        \
+  (::mlarope::kernels::gpu_model::t_recorder == nullptr    \
+       ? void()                                            \
+       : ::mlarope::kernels::gpu_model::begin_index_batch( \
+             *::mlarope::kernels::gpu_model::t_recorder))
+#define MLAROPE_END_INDEX_BATCH()                        \
+  (::mlarope::kernels::gpu_model::t_recorder == nullptr  \
+       ? void()                                          \
+       : ::mlarope::kernels::gpu_model::end_index_batch( \
+             *::mlarope::kernels::gpu_model::t_recorder))
 /// True where the kernel bodies take their device code paths: on the device, and on the
 /// host under the GPU model (strided work sharing, vector accesses in pieces).
 #define MLAROPE_DEVICE_PATHS() (::mlarope::kernels::gpu_model::t_recorder != nullptr)
 #else
 #define MLAROPE_OBSERVE(address, bytes, access) true
 #define MLAROPE_END_LOAD_BATCH() ((void)0)
+#define MLAROPE_BEGIN_INDEX_BATCH() ((void)0)
+#define MLAROPE_END_INDEX_BATCH() ((void)0)
 #define MLAROPE_DEVICE_PATHS() true
 #endif
 
@@ -89,6 +109,20 @@ template <class T>
 MLAROPE_HD MLAROPE_INLINE T global_load(const T* p) {
   if (!MLAROPE_OBSERVE(p, static_cast<int>(sizeof(T)), Access::load)) return T{};
   return *p;
+}
+
+/// out[k] = array[at[k]] for k < count (at most K; out[count ..] are left as they are):
+/// entries of an index array whose addresses are all known before the first load, so that the
+/// loads are in flight together (one round trip).
+template <int K>
+MLAROPE_HD MLAROPE_INLINE void load_index_batch(const std::int32_t* array,
+                                                const std::int64_t (&at)[K], std::int32_t (&out)[K],
+                                                int count = K) {
+  MLAROPE_BEGIN_INDEX_BATCH();
+  MLAROPE_UNROLL
+  for (int k = 0; k < K; ++k)
+    if (k < count) out[k] = global_load(array + at[k]);
+  MLAROPE_END_INDEX_BATCH();
 }
 
 /// *p = value, a store to global memory.

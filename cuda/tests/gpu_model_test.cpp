@@ -240,6 +240,30 @@ TEST(GpuModelBatches, AnIndexLoadIsARoundTripOfItsOwn) {
   EXPECT_EQ(output[0], 4.0f);
 }
 
+// Index loads whose addresses are all known before the first (load_index_batch) are in flight
+// together: one round trip for the batch, where each index load alone is one; the batch ends
+// with the call, so the lone load after it is a round trip again.
+TEST(GpuModelBatches, AnIndexBatchIsOneRoundTrip) {
+  alignas(16) float output[4] = {};
+  alignas(16) std::int32_t index[8] = {0, 3, 5, 9, 12, 0, 0, 0};
+  detail::Footprint footprint;
+  footprint.add("out", contiguous_view<void>(output, DType::f32, {4}), detail::RegionUse::write);
+  footprint.add("index", IndexView{index, IndexType::i32, 8});
+  const kernels::gpu_model::LaunchStats stats = one_thread(footprint, nullptr, 0, [&] {
+    const std::int64_t at[4] = {0, 1, 3, 4};
+    std::int32_t entry[4] = {};
+    kernels::load_index_batch(index, at, entry);                // one round trip
+    const std::int32_t lone = kernels::global_load(index + 2);  // a round trip of its own
+    kernels::global_store(output, static_cast<float>(entry[0] + entry[1] + entry[2] + entry[3]));
+    kernels::global_store(output + 1, static_cast<float>(lone));
+  });
+  EXPECT_EQ(stats.errors, 0);
+  EXPECT_EQ(stats.index_loads, 5);
+  EXPECT_EQ(stats.index_round_trips, 2);
+  EXPECT_EQ(output[0], 24.0f);
+  EXPECT_EQ(output[1], 5.0f);
+}
+
 // A footprint holds kCapacity tensors (more than any call has); past that, adding is a no-op,
 // never a write past its array.
 TEST(GpuModelRefusals, AFootprintStopsAtItsCapacity) {
