@@ -64,7 +64,8 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t probe(std::int64_t lo, int k, std::int64_
 /// passes to before the first that fails; then cu[i] and cu[i + 1] together. n candidates take
 /// about log8(n) round trips where halving takes log2(n).
 /// NOTE: meaningful only where the cu_seqlens gate is open (non-decreasing, lengths divisible
-/// by cp_size); elsewhere it still reads inside the array and ends.
+/// by cp_size); elsewhere it still reads inside the array and ends: lo is always an entry that
+/// passed (cu[0] first), and each step keeps fewer candidates than it had.
 MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::int64_t r) {
   const std::int64_t global_row = r * p.cp_size;
   std::int64_t first = 0, lo = 0, hi = p.num_sequences;  // the answer lies in [lo, hi]
@@ -87,7 +88,7 @@ MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::
     MLAROPE_UNROLL
     for (int k = 0; k < kSearchProbes; ++k)
       pass += k < probes && entry[k] - first <= global_row ? 1 : 0;
-    const std::int64_t last_passing = probe(lo, pass > 0 ? pass - 1 : 0, step, hi);
+    const std::int64_t last_passing = probe(lo, pass - 1, step, hi);  // probe 0, lo, passes
     if (pass < probes) hi = probe(lo, pass, step, hi) - 1;
     lo = last_passing;
   }

@@ -58,6 +58,30 @@ TEST(FindSequence, EqualsAScanOfEveryEntryOnEveryRow) {
   }
 }
 
+// Where the gate is closed (entries that fall), the search is meaningless but stays inside the
+// array and ends: under the GPU model, no out-of-bounds read and an index in [0, N].
+TEST(FindSequence, FallingEntriesStayInsideTheArray) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 300);
+    std::vector<std::int32_t> cu(static_cast<std::size_t>(n + 1));
+    for (auto& entry : cu) entry = static_cast<std::int32_t>(rng() % 1000) - 300;
+    detail::Footprint footprint;
+    footprint.add("cu_seqlens", IndexView{cu.data(), IndexType::i32, n + 1});
+    gpu_model::Recorder recorder("search", footprint);
+    recorder.begin_thread(GridCoord{});
+    gpu_model::t_recorder = &recorder;
+    for (std::int64_t r = 0; r < 40; ++r) {
+      const RowSequence s = find_sequence(thd_positions(cu, 1), r * 17);
+      ASSERT_GE(s.index, 0);
+      ASSERT_LE(s.index, n);
+    }
+    gpu_model::t_recorder = nullptr;
+    recorder.finish();
+    ASSERT_EQ(recorder.stats().errors, 0) << "trial " << trial;
+  }
+}
+
 // Index round trips of one row's search under the GPU model, where cu_seqlens has n + 1
 // entries of one row each.
 std::int64_t search_round_trips(std::int64_t n, std::int64_t row) {
