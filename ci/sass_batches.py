@@ -8,8 +8,8 @@ batches. That holds only if the compiler keeps them: a source change that it ser
 load, its use, the next load) would leave the model's figures standing while the kernel slows.
 This check disassembles the built CUDA kernels with their inlined source lines (nvcc -lineinfo;
 cuobjdump -xelf, nvdisasm -gi) and cuts each kernel's code into straight runs (a run ends at a
-global or shared store and at a backward branch). It requires, for every kernel the benchmark
-shapes run:
+global or shared store, at a backward branch and at an instruction that reads a register a load
+of the run wrote). It requires, for every kernel the benchmark shapes run:
   - at each batched load of the sources (a line marked `// SASS batch: NAME` in cuda/kernels/,
     or the line after such a comment; NAME the constant of its batch's size), a run holding
     at least NAME of that line's loads: the batch's loop was unrolled, not left to issue one
@@ -69,10 +69,38 @@ def batch_sites(sources):
     return sites
 
 
+REGISTER = re.compile(r"\bR(\d+)\b")
+
+
+def loaded_registers(op_suffix, instruction):
+    """The registers an LDG writes: its destination and, for a vector load, the ones after."""
+    first = REGISTER.search(instruction.split(None, 1)[1] if " " in instruction else "")
+    if not first:
+        return set()
+    width = next((w for k, w in WIDTH.items() if k in op_suffix), 4)
+    return {int(first.group(1)) + i for i in range(max(1, width // 4))}
+
+
+def operands(instruction):
+    """(destination registers, source registers) of a SASS instruction (the first operand is
+    its destination, except for stores and branches, which have none)."""
+    body = instruction.split(None, 1)
+    if body and body[0].startswith("@"):  # a predicate guard
+        body = body[1].split(None, 1)
+    if len(body) < 2:
+        return set(), set()
+    parts = body[1].split(",", 1)
+    if re.match(r"(ST|RED|ATOM|BRA|EXIT|BAR)", body[0]):
+        return set(), {int(r) for r in REGISTER.findall(body[1])}
+    dest = {int(r) for r in REGISTER.findall(parts[0])}
+    return dest, {int(r) for r in REGISTER.findall(parts[1])} if len(parts) > 1 else set()
+
+
 def analyse(sass, sites):
     """{function: (longest run of load bytes, {site: most of its loads in one run})} of
-    nvdisasm -gi text. A run ends at a global or shared store and at a branch to an earlier
-    address."""
+    nvdisasm -gi text. A run ends at a global or shared store, at a branch to an earlier
+    address and at an instruction that reads a register a load of the run wrote (the warp
+    waits there for that load before it issues the next)."""
     result = {}
     for part in re.split(r"\n\.text\.", sass)[1:]:
         mangled = part.split(":", 1)[0].strip()
@@ -88,29 +116,40 @@ def analyse(sass, sites):
                 for name, at in labels.items():
                     if at is None:
                         labels[name] = address
-        best, current, chain = 0, 0, set()
+        # The source lines (inlined ones included) of the instructions that follow: nvdisasm
+        # prints them where they change, so they hold until the next comment lines.
+        best, current, here, loaded, fresh = 0, 0, set(), set(), False
         counts, best_counts = {}, {}
         for line in lines:
             where = []
-            if line.lstrip().startswith("//##"):  # the instruction's source lines, inlined ones
+            if line.lstrip().startswith("//##"):
                 where = re.findall(r'"([^"]+)", line (\d+)', line)
             if where:
-                chain |= {(os.path.basename(f), int(n)) for f, n in where}
+                lines_here = {(os.path.basename(f), int(n)) for f, n in where}
+                here = (here if fresh else set()) | lines_here
+                fresh = True
                 continue
             m = re.search(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
             if not m:
                 continue
             at, instruction = int(m.group(1), 16), m.group(2)
-            here, chain = chain, set()
+            fresh = False
             op = re.search(r"\b(LDG|STG|STS|BRA)((?:\.[A-Z0-9_]+)*)", instruction)
-            if not op:
-                continue
-            if op.group(1) == "LDG":
+            dest, sources = operands(instruction)
+            if op and op.group(1) == "LDG":
+                if sources & loaded:  # its address comes from a load of the run
+                    current, counts, loaded = 0, {}, set()
                 current += next((w for k, w in WIDTH.items() if k in op.group(2)), 4)
                 best = max(best, current)
+                loaded |= loaded_registers(op.group(2), instruction)
                 for site in here & sites.keys():
                     counts[site] = counts.get(site, 0) + 1
                     best_counts[site] = max(best_counts.get(site, 0), counts[site])
+                continue
+            if not op:
+                if sources & loaded:  # a use: the warp waits for the load
+                    current, counts, loaded = 0, {}, set()
+                loaded -= dest
                 continue
             if op.group(1) == "BRA":
                 target = re.search(r"\(?(\.L_x_\d+)\)?|0x([0-9a-f]+)", instruction)
@@ -121,7 +160,7 @@ def analyse(sass, sites):
                     to = int(target.group(2), 16)
                 if to is None or to > at:
                     continue  # forward: the run goes on
-            current, counts = 0, {}
+            current, counts, loaded = 0, {}, set()
         result[mangled] = (best, best_counts)
     return result
 
@@ -136,6 +175,7 @@ def selftest():
         /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
 	//## File "/src/segment_copy.h", line 60 inlined at "/src/k.cu", line 3
         /*0020*/                   LDG.E.128 R8, desc[UR4][R2.64+0x10] ;
+	//## File "/src/other.h", line 1
         /*0030*/                   LDG.E.64 R12, desc[UR4][R2.64+0x20] ;
         /*0040*/                   STG.E.128 desc[UR4][R6.64], R4 ;
 	//## File "/src/rope.h", line 9
@@ -145,6 +185,7 @@ def selftest():
         /*0070*/                   LDG.E.U16 R15, desc[UR4][R2.64] ;
         /*0080*/               @P0 BRA `(.L_x_2) ;
 .L_x_2:
+	//## File "/src/other.h", line 2
         /*0090*/                   LDG.E R16, desc[UR4][R2.64] ;
 .text._Z1gv:
         /*0000*/                   LDG.E R4, desc[UR4][R2.64] ;
@@ -153,15 +194,33 @@ def selftest():
         /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
         /*0010*/                   STS.128 [R0], R4 ;
         /*0020*/                   LDG.E.128 R8, desc[UR4][R2.64+0x10] ;
+.text._Z1uv:
+	//## File "/src/freq_row.h", line 5
+        /*0000*/                   LDG.E R4, desc[UR4][R2.64] ;
+	//## File "/src/freq_row.h", line 5
+        /*0010*/                   LDG.E R5, desc[UR4][R8.64] ;
+        /*0020*/                   IADD3 R6, R4, -R7, RZ ;
+	//## File "/src/freq_row.h", line 5
+        /*0030*/                   LDG.E R9, desc[UR4][R10.64] ;
+        /*0040*/                   MOV R9, RZ ;
+        /*0050*/                   LDG.E R11, desc[UR4][R12.64] ;
+        /*0060*/                   IADD3 R13, R9, RZ, RZ ;
+        /*0070*/                   LDG.E R14, desc[UR4][R16.64] ;
+	//## File "/src/freq_row.h", line 5
+        /*0080*/                   LDG.E R15, desc[UR4][R14.64] ;
 """
-    got = analyse(sass, {("segment_copy.h", 60): 2, ("rope.h", 9): 2})
+    got = analyse(sass, {("segment_copy.h", 60): 2, ("rope.h", 9): 2, ("freq_row.h", 5): 2})
     # f: 16 + 16 + 8 = 40 before the store, two loads of segment_copy.h:60 in that run; the
     # loop's back edge cuts rope.h:9's two loads apart; 2 + 4 run on past a forward branch.
     # h: a shared store ends a run as a global one does.
+    # u: a use of R4 (loaded in the run) ends it; R9, written over, is no longer a load's, so
+    # its use does not (R9, R11, R14: 12 bytes); a load whose address a load of the run wrote
+    # (R14) ends it too. An instruction without source lines has those of the one before.
     expected = {
         "_Z1fv": (40, {("segment_copy.h", 60): 2, ("rope.h", 9): 1}),
         "_Z1gv": (4, {}),
         "_Z1hv": (16, {}),
+        "_Z1uv": (12, {("freq_row.h", 5): 3}),
     }
     if got != expected:
         print(f"sass_batches selftest: {got} != {expected}")

@@ -78,6 +78,7 @@ MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::
     std::int32_t entry[kSearchProbes] = {};
     MLAROPE_UNROLL
     for (int k = 0; k < kSearchProbes; ++k) at[k] = probe(lo, k, step, hi);
+    // SASS batch: kSearchProbes
     load_index_batch(p.cu_seqlens, at, entry, probes);
     if (lo == 0) first = entry[0];
     // The probes rise and those that pass come first (cu_seqlens non-decreasing), probe lo
