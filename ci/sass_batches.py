@@ -8,8 +8,10 @@ batches. That holds only if the compiler keeps them: a source change that it ser
 load, its use, the next load) would leave the model's figures standing while the kernel slows.
 This check disassembles the built CUDA kernels with their inlined source lines (nvcc -lineinfo;
 cuobjdump -xelf, nvdisasm -gi) and cuts each kernel's code into straight runs (a run ends at a
-global or shared store, at a backward branch and at an instruction that reads a register a load
-of the run wrote). It requires, for every kernel the benchmark shapes run:
+global or shared store, at a backward branch, at an instruction that reads a register a load
+of the run wrote and at a wait for asynchronous copies (DEPBAR); an asynchronous copy to shared
+memory (LDGSTS, cp.async) is a load of the run that writes no register). It requires, for
+every kernel the benchmark shapes run:
   - at each batched load of the sources (a line marked `// SASS batch: NAME` in cuda/kernels/,
     or the line after such a comment; NAME the constant of its batch's size), a run holding
     at least NAME of that line's loads: the batch's loop was unrolled, not left to issue one
@@ -134,14 +136,21 @@ def analyse(sass, sites):
                 continue
             at, instruction = int(m.group(1), 16), m.group(2)
             fresh = False
-            op = re.search(r"\b(LDG|STG|STS|BRA)((?:\.[A-Z0-9_]+)*)", instruction)
+            op = re.search(
+                r"\b(LDGDEPBAR|LDGSTS|LDG|STG|STS|BRA|DEPBAR)((?:\.[A-Z0-9_]+)*)", instruction
+            )
+            if op and op.group(1) == "LDGDEPBAR":  # closes a group of copies; no wait
+                continue
             dest, sources = operands(instruction)
-            if op and op.group(1) == "LDG":
+            if op and op.group(1) == "LDGSTS":  # every register it names is an address
+                sources = {int(r) for r in REGISTER.findall(instruction.split(None, 1)[1])}
+            if op and op.group(1) in ("LDG", "LDGSTS"):
                 if sources & loaded:  # its address comes from a load of the run
                     current, counts, loaded = 0, {}, set()
                 current += next((w for k, w in WIDTH.items() if k in op.group(2)), 4)
                 best = max(best, current)
-                loaded |= loaded_registers(op.group(2), instruction)
+                if op.group(1) == "LDG":  # an asynchronous copy writes shared memory only
+                    loaded |= loaded_registers(op.group(2), instruction)
                 for site in here & sites.keys():
                     counts[site] = counts.get(site, 0) + 1
                     best_counts[site] = max(best_counts.get(site, 0), counts[site])
@@ -208,19 +217,34 @@ def selftest():
         /*0070*/                   LDG.E R14, desc[UR4][R16.64] ;
 	//## File "/src/freq_row.h", line 5
         /*0080*/                   LDG.E R15, desc[UR4][R14.64] ;
+.text._Z1av:
+	//## File "/src/rope.h", line 20
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR4][R4.64] ;
+        /*0010*/                   LDGSTS.E.64 [R3+0x800], desc[UR4][R6.64] ;
+        /*0020*/                   LDGDEPBAR ;
+        /*0030*/                   LDG.E R8, desc[UR4][R10.64] ;
+        /*0040*/                   DEPBAR.LE SB0, 0x0 ;
+        /*0050*/                   LDG.E R12, desc[UR4][R4.64+0x10] ;
+        /*0060*/                   LDGSTS.E.BYPASS.128 [R3+0x20], desc[UR4][R12.64] ;
 """
-    got = analyse(sass, {("segment_copy.h", 60): 2, ("rope.h", 9): 2, ("freq_row.h", 5): 2})
+    got = analyse(
+        sass,
+        {("segment_copy.h", 60): 2, ("rope.h", 9): 2, ("freq_row.h", 5): 2, ("rope.h", 20): 2},
+    )
     # f: 16 + 16 + 8 = 40 before the store, two loads of segment_copy.h:60 in that run; the
     # loop's back edge cuts rope.h:9's two loads apart; 2 + 4 run on past a forward branch.
     # h: a shared store ends a run as a global one does.
     # u: a use of R4 (loaded in the run) ends it; R9, written over, is no longer a load's, so
     # its use does not (R9, R11, R14: 12 bytes); a load whose address a load of the run wrote
     # (R14) ends it too. An instruction without source lines has those of the one before.
+    # a: asynchronous copies are loads of the run (16 + 8 + 4 = 28, past the group's close);
+    # the wait ends it; a copy whose address a load of the run gave (R12) ends one too.
     expected = {
         "_Z1fv": (40, {("segment_copy.h", 60): 2, ("rope.h", 9): 1}),
         "_Z1gv": (4, {}),
         "_Z1hv": (16, {}),
         "_Z1uv": (12, {("freq_row.h", 5): 3}),
+        "_Z1av": (28, {("rope.h", 20): 3}),
     }
     if got != expected:
         print(f"sass_batches selftest: {got} != {expected}")

@@ -12,14 +12,15 @@ using namespace mlarope::kernels;
 using detail::RopeVariant;
 
 /// Registers of a rope kernel (cuda_grid.cuh): kRegisterCap; 96 for the chunked bodies, whose
-/// batches of 8 copied vectors and 4 rotated chunks spill at 80; 128 for the staged body, whose
-/// batch of 8 chunks, a pair chunk's coefficients and the rows of a round spill at 96.
+/// batches of 8 copied vectors and 4 rotated chunks spill at 80, and for the staged body, whose
+/// unrolled step of 16 copies' addresses and a pair chunk's coefficients spill at 80 (its
+/// copies hold no registers in flight; its 32 KiB of shared memory hold it to 4 blocks an SM).
 template <class Work>
 inline constexpr int kRopeRegisters = kRegisterCap;
 template <class T, int kPairs>
 inline constexpr int kRopeRegisters<RopeChunkedRows<T, kPairs>> = 96;
 template <class T>
-inline constexpr int kRopeRegisters<RopeStagedRounds<T>> = 128;
+inline constexpr int kRopeRegisters<RopeStagedRounds<T>> = 96;
 
 /// The phased body of a rope Work: the staged body plans its rounds ahead (PlannedRounds), the
 /// others plan each row in its prepare phase (RowRounds).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -20,6 +21,10 @@ bool observe(Recorder& recorder, const void* address, int bytes, Access access) 
 void end_load_batch(Recorder& recorder) { recorder.end_load_batch(); }
 void begin_index_batch(Recorder& recorder) { recorder.begin_index_batch(); }
 void end_index_batch(Recorder& recorder) { recorder.end_index_batch(); }
+void async_copy(Recorder& recorder, void* to, const void* from, int bytes) {
+  recorder.async_copy(to, from, bytes);
+}
+void wait_async_copies(Recorder& recorder) { recorder.wait_async_copies(); }
 
 namespace {
 
@@ -172,12 +177,53 @@ bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
     return false;
   }
   if (access == Access::atomic) return true;
+  const std::uintptr_t end = a + static_cast<std::uintptr_t>(bytes);
+  for (const AsyncCopy& c : async_copies_)
+    if (a < c.to + static_cast<std::uintptr_t>(c.bytes) && c.to < end) {
+      report(std::string("shared ") + access_name(access) +
+                 " of bytes an asynchronous copy of this thread has not landed in (no "
+                 "wait_async_copies between)",
+             address, bytes);
+      return false;
+    }
   // A store to shared memory waits for the load it stores, as a global store does: the batch ends.
   if (access == Access::store) batch_open_ = false;
   check_race([this](std::uintptr_t granule)
                  -> Shadow& { return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)]; },
              a, bytes, access);
   return true;
+}
+
+void Recorder::async_copy(void* to, const void* from, int bytes) {
+  const auto t = reinterpret_cast<std::uintptr_t>(to);
+  const auto f = reinterpret_cast<std::uintptr_t>(from);
+  if (t < shared_begin_ || t >= shared_end_ ||
+      t + static_cast<std::uintptr_t>(bytes) > shared_end_) {
+    report("asynchronous copy to bytes outside the block's shared memory", to, bytes);
+    return;
+  }
+  if (f >= shared_begin_ && f < shared_end_) {
+    report("asynchronous copy from shared memory (its source must be global)", from, bytes);
+    return;
+  }
+  if (t % static_cast<std::uintptr_t>(bytes) != 0)
+    report("misaligned " + std::to_string(bytes) + "-byte asynchronous copy to shared memory", to,
+           bytes);
+  if (!observe(from, bytes, Access::load)) return;  // the global side: a load of the batch
+  // The shared side is written by the copy, not by a store of the thread: the batch goes on.
+  check_race([this](std::uintptr_t granule)
+                 -> Shadow& { return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)]; },
+             t, bytes, Access::store);
+  AsyncCopy c{t, bytes, {}};
+  std::memcpy(c.data, from, static_cast<std::size_t>(bytes));
+  async_copies_.push_back(c);
+}
+
+void Recorder::wait_async_copies() {
+  for (const AsyncCopy& c : async_copies_)
+    std::memcpy(reinterpret_cast<void*>(c.to), c.data, static_cast<std::size_t>(c.bytes));
+  async_copies_.clear();
+  batch_open_ = false;
 }
 
 void Recorder::report(const std::string& what, const void* address, int bytes) {
@@ -337,6 +383,12 @@ std::pair<std::int64_t, std::int64_t> distinct_bytes_and_sectors(It first, It la
 }  // namespace
 
 void Recorder::end_thread() {
+  if (!async_copies_.empty()) {  // they may land after the barrier: dropped, as unordered
+    report(std::to_string(async_copies_.size()) +
+               " asynchronous copies not waited for (wait_async_copies) before the barrier",
+           reinterpret_cast<const void*>(async_copies_.front().to), async_copies_.front().bytes);
+    async_copies_.clear();
+  }
   batch_open_ = false;
   index_batch_ = IndexBatch::none;
   phase_trips_.at_least(thread_trips_);

@@ -15,9 +15,12 @@
 //     blocks: one run of kSampleRun in kCoalescingStride, every access still checked); per launch,
 //     the distinct sectors read plus the distinct sectors written (the predicted DRAM traffic: each
 //     sector fetched once, each written sector written back once);
+//   - asynchronous copies (cp.async): the shared bytes land at the thread's wait, which must
+//     come before the phase's barrier and before the thread touches them;
 //   - round trips, for the timing model: per thread and phase, the batches of loads that can
-//     be in flight together (ModelLaunchStats: a batch ends at a store, global or shared, or
-//     at MLAROPE_END_LOAD_BATCH), and per block the critical path.
+//     be in flight together (ModelLaunchStats: a batch ends at a store, global or shared, at
+//     MLAROPE_END_LOAD_BATCH or at a wait for asynchronous copies), and per block the
+//     critical path.
 // The executor runs a recorded launch on one thread, calling begin_thread before each thread
 // and, for a phased body, begin_phase before each phase of a block; a block's threads all run
 // before the next block's, so the per-warp records are folded and freed block by block.
@@ -69,6 +72,13 @@ class Recorder final : public host::ThreadObserver {
   void begin_index_batch() { index_batch_ = IndexBatch::open; }
   void end_index_batch() { index_batch_ = IndexBatch::none; }
 
+  /// A cp.async of the running thread (async_copy_to_shared): the global read is a load of
+  /// its open batch; the shared bytes are written at the thread's wait_async_copies, and an
+  /// access of the thread to them before it, or a phase that ends without it, is a finding.
+  void async_copy(void* to, const void* from, int bytes);
+  /// The running thread's asynchronous copies land; its batch of loads ends (the wait).
+  void wait_async_copies();
+
   /// The findings (the first few, each naming kernel, block, thread, address and size).
   const std::vector<std::string>& findings() const { return findings_; }
   /// Fold the last block's records in; run_recorded calls it when the launch has run.
@@ -119,6 +129,12 @@ class Recorder final : public host::ThreadObserver {
     std::int32_t warp;
     std::int64_t sequence;
     std::uintptr_t begin, end;
+  };
+
+  struct AsyncCopy {  // a copy of the running thread not yet waited for
+    std::uintptr_t to;
+    int bytes;
+    unsigned char data[16];  ///< the source's bytes when the copy was issued
   };
 
   void build_intervals();
@@ -177,7 +193,8 @@ class Recorder final : public host::ThreadObserver {
   enum class IndexBatch : std::uint8_t { none, open, counted } index_batch_ = IndexBatch::none;
   std::int64_t batch_bytes_ = 0;  ///< of the open batch
   RoundTrips thread_trips_, phase_trips_, block_trips_, launch_trips_;
-  std::int64_t block_ = -1;  ///< the block running (-1: none yet)
+  std::vector<AsyncCopy> async_copies_;  ///< the running thread's, until its wait
+  std::int64_t block_ = -1;              ///< the block running (-1: none yet)
   bool block_accessed_ = false;
   std::int64_t blocks_observed_ = 0, blocks_run_ = 0, load_batches_ = 0, loaded_bytes_ = 0,
                largest_batch_bytes_ = 0, stored_bytes_ = 0;

@@ -153,6 +153,21 @@ MLAROPE_HD MLAROPE_INLINE RawVector<16> load_pair_bits(const T* slice, PairLayou
   return load_raw<16>(slice + 2 * first);
 }
 
+/// load_pair_bits into shared memory by asynchronous copies (async_copy_to_shared): the same
+/// bits at `to`, once the thread's wait_async_copies returns.
+template <class T, int kPairs>
+MLAROPE_HD MLAROPE_INLINE void copy_pair_bits_to_shared(RawVector<16>* to, const T* slice,
+                                                        PairLayout layout, std::int64_t half_dim,
+                                                        std::int64_t first) {
+  static_assert(kPairs == kVectorPairs<T>, "vector chunks only");
+  if (layout == PairLayout::half) {
+    async_copy_to_shared<8>(to->words, slice + first);
+    async_copy_to_shared<8>(to->words + 2, slice + half_dim + first);
+    return;
+  }
+  async_copy_to_shared<16>(to, slice + 2 * first);
+}
+
 /// The pairs of bits load_pair_bits read in `layout`, as floats.
 template <class T, int kPairs>
 MLAROPE_HD MLAROPE_INLINE PairChunk<kPairs> pairs_of_bits(const RawVector<16>& bits,

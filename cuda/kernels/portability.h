@@ -65,6 +65,12 @@ void end_load_batch(Recorder& recorder);
 /// The thread's index loads from here to end_index_batch are in flight together.
 void begin_index_batch(Recorder& recorder);
 void end_index_batch(Recorder& recorder);
+/// An asynchronous copy of `bytes` from global `from` to shared `to` (async_copy_to_shared):
+/// the model checks both ends, counts the load in the thread's open batch and writes `to` at
+/// the thread's wait_async_copies, not before (a GPU may write it any time until then).
+void async_copy(Recorder& recorder, void* to, const void* from, int bytes);
+/// The thread's asynchronous copies land; its loads so far are waited for.
+void wait_async_copies(Recorder& recorder);
 }  // namespace gpu_model
 #define MLAROPE_OBSERVE(address, bytes, access)                                                  \
   (::mlarope::kernels::gpu_model::t_recorder == nullptr ||                                       \
@@ -168,6 +174,41 @@ MLAROPE_HD MLAROPE_INLINE T shared_load(const T* p) {
 template <class T>
 MLAROPE_HD MLAROPE_INLINE void shared_store(T* p, T value) {
   if (MLAROPE_OBSERVE(p, static_cast<int>(sizeof(T)), Access::store)) *p = value;
+}
+
+/// Copy kBytes (8 or 16, `to` and `from` aligned to kBytes) from global memory to shared memory
+/// without passing them through registers (cp.async on sm_80 and later): the thread goes on at
+/// once, so a loop of these keeps every one in flight at the cost of its addresses alone. The
+/// bytes land by the thread's wait_async_copies; until then the thread must not touch `to`
+/// (the GPU model delays the write to the wait and reports an access before it), and a phase
+/// must end with that wait before its barrier (the barrier does not wait for them).
+template <int kBytes>
+MLAROPE_HD MLAROPE_INLINE void async_copy_to_shared(void* to, const void* from) {
+  static_assert(kBytes == 8 || kBytes == 16, "cp.async copies 8 or 16 bytes here");
+#if defined(__CUDA_ARCH__)
+  const auto shared = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  if constexpr (kBytes == 16)  // .cg: through the L2 only, as the data is used once
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(shared), "l"(from) : "memory");
+#else
+#if !defined(__CUDACC__)
+  if (gpu_model::t_recorder != nullptr) {
+    gpu_model::async_copy(*gpu_model::t_recorder, to, from, kBytes);
+    return;
+  }
+#endif
+  std::memcpy(to, from, kBytes);
+#endif
+}
+
+/// Wait until the calling thread's async_copy_to_shared copies have landed in shared memory.
+MLAROPE_HD MLAROPE_INLINE void wait_async_copies() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#elif !defined(__CUDACC__)
+  if (gpu_model::t_recorder != nullptr) gpu_model::wait_async_copies(*gpu_model::t_recorder);
+#endif
 }
 
 /// Phases of block g of a phased Body: Body::phases(args, g) where it has one, else kPhases.

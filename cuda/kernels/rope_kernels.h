@@ -21,11 +21,12 @@ namespace mlarope::kernels {
 
 /// Largest emb_dim of the staged in-place body (a round holds at least one whole slice).
 inline constexpr std::int64_t kStagedMaxEmbDim = 512;
-/// Pair chunks (16 bytes each) that one round of the staged body holds in shared memory: a
-/// DeepSeek-V3 row of 128 heads in f16/bf16, half of one in f32.
-inline constexpr std::int64_t kStagedChunks = 1024;
-/// Chunks a thread of the staged body loads before it stages any (a round over 128 threads).
-inline constexpr int kStagedBatch = 8;
+/// Pair chunks (16 bytes each) that one round of the staged body holds in shared memory: two
+/// DeepSeek-V3 rows of 128 heads in f16/bf16, one in f32. 32 KiB a block in flight: four
+/// blocks an SM keep 128 KiB of loads in flight, where HBM3e wants 48 KiB and more.
+inline constexpr std::int64_t kStagedChunks = 2048;
+/// Chunks a thread of the staged body copies in one unrolled step (a round over 128 threads).
+inline constexpr int kStagedBatch = 16;
 
 /// Head groups of a row: how many threads share one pair chunk (each loops over its heads).
 /// chunks >= 1: emb_dim >= 2 (validated), a multiple of 8 on the vector paths.
@@ -226,13 +227,13 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t staged_rows_per_round(std::int64_t heads,
 /// In place with read_layout != write_layout, vector-ready, emb_dim <= kStagedMaxEmbDim (a
 /// PlannedRounds work). A round of a block takes whole rope slices, at most kStagedChunks pair
 /// chunks: several whole rows where they fit (16 heads of emb 64: 8 rows), some slices of one
-/// row where a row does not. Prepare, which has the round's plans, loads every chunk in
-/// batches of kStagedBatch and, with the first batch, the coefficients of each row's pair
-/// chunks, into shared memory; work writes the rotated chunks in the write layout and loads
-/// nothing from global memory, so a round waits for one batch of loads. Consecutive threads
-/// take consecutive chunks of a slice, so a warp reads and writes contiguous memory; no element
-/// is written before every chunk of its slice was read (docs/architecture.md rule 3). A
-/// pass-through row is read and left untouched.
+/// row where a row does not. Prepare, which has the round's plans, copies every chunk into
+/// shared memory by asynchronous copies (no registers held while they are in flight) and
+/// loads the coefficients of each row's pair chunks with them; work writes the rotated chunks
+/// in the write layout and loads nothing from global memory, so a round waits for one batch.
+/// Consecutive threads take consecutive chunks of a slice, so a warp reads and writes contiguous
+/// memory; no element is written before every chunk of its slice was read (docs/architecture.md
+/// rule 3). A pass-through row is read and left untouched.
 template <class T>
 struct RopeStagedRounds {
   using Args = RopeKernelArgs;
@@ -349,32 +350,28 @@ struct RopeStagedRounds {
     rotate_chunks(a, g, slices_of(a, g, round), plans, s);
   }
 
-  /// Prepare: chunk n of the round into shared memory, kStagedBatch chunks of a thread loaded
-  /// before any is stored (a row passed through is read too: asking its plan for every chunk
-  /// costs the batch registers, and such rows are rare).
+  /// Prepare: chunk n of the round into shared memory by asynchronous copies, which hold no
+  /// registers while in flight: a thread's every chunk of the round is in flight at once,
+  /// kStagedBatch of them issued an unrolled step (a row passed through is copied too: asking
+  /// its plan for every chunk costs registers, and such rows are rare).
   MLAROPE_HD static void stage_chunks(const RopeKernelArgs& a, const GridCoord& g, const Slices& r,
                                       Shared& s) {
     const std::int64_t items = r.rows.count * r.heads * chunks(a);
     T* first = first_row_slices(a, r);
     const std::int64_t step = std::int64_t{kStagedBatch} * g.num_threads;
     for (std::int64_t base = g.thread; base < items; base += step) {
-      RawVector<16> batch[kStagedBatch] = {};
       MLAROPE_UNROLL
       for (int j = 0; j < kStagedBatch; ++j) {
         const std::int64_t n = base + std::int64_t{j} * g.num_threads;
         if (n >= items) break;
         const Place at = place_of(a, r, n);
-        // SASS batch: kStagedBatch (ci/sass_batches.py: loaded in one run)
-        batch[j] = load_pair_bits<T, kPairs>(slice_pointer(a, r, first, at), a.rotation.read_layout,
-                                             a.emb_dim / 2, at.chunk * kPairs);
-      }
-      MLAROPE_UNROLL
-      for (int j = 0; j < kStagedBatch; ++j) {
-        const std::int64_t n = base + std::int64_t{j} * g.num_threads;
-        if (n >= items) break;
-        shared_store(&s.staged[n], batch[j]);
+        // SASS batch: kStagedBatch (ci/sass_batches.py: issued in one run)
+        copy_pair_bits_to_shared<T, kPairs>(&s.staged[n], slice_pointer(a, r, first, at),
+                                            a.rotation.read_layout, a.emb_dim / 2,
+                                            at.chunk * kPairs);
       }
     }
+    wait_async_copies();
   }
 
   /// Work: the rotated chunks of the rows that rotate, from shared memory into the write layout.

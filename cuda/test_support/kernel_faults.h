@@ -29,6 +29,7 @@ enum class KernelFault : int {
                         ///< (ASan)
   staged_missing_barrier,  ///< rope (staged, in place): chunks written in the phase that reads
                            ///< slices
+  staged_unwaited_copies,  ///< rope (staged, in place): no wait for the copies into shared memory
 };
 
 /// Every fault but `none`.
@@ -45,7 +46,8 @@ inline std::vector<KernelFault> all_kernel_faults() {
           KernelFault::contiguous_copy_ranges,
           KernelFault::local_array_overflow,
           KernelFault::fast_slice_overread,
-          KernelFault::staged_missing_barrier};
+          KernelFault::staged_missing_barrier,
+          KernelFault::staged_unwaited_copies};
 }
 
 /// "none", "cp_chunk", ...
@@ -65,6 +67,7 @@ inline std::string_view to_string(KernelFault fault) {
     case KernelFault::local_array_overflow: return "local_array_overflow";
     case KernelFault::fast_slice_overread: return "fast_slice_overread";
     case KernelFault::staged_missing_barrier: return "staged_missing_barrier";
+    case KernelFault::staged_unwaited_copies: return "staged_unwaited_copies";
   }
   return "?";
 }

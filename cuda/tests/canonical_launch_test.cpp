@@ -94,18 +94,18 @@ const std::vector<Canonical>& canonical_calls() {
        kI, kH, 0, "chunked_vector", 8, 128, 2048, 1.0},
       {"q rope_backward f32", Call::rope_backward, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64,
        kI, kH, 0, "chunked_vector", 8, 128, 4096, 1.0},
-      // In place with the MLA layout change: staged rounds of 1024 / 8 = 128 slices (bf16), a
-      // round a row; f32: 64 slices of 16 chunks, two rounds a row.
+      // In place with the MLA layout change: staged rounds of 2048 chunks, two whole rows of 128 x
+      // 8 (bf16); f32: one row of 128 x 16.
       {"q rope_inplace bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128, 64,
-       kI, kH, 0, "staged_vector", 8, 128, 1024, 1.0},
+       kI, kH, 0, "staged_vector", 4, 128, 2048, 1.0},
       {"q rope_inplace f16", Call::rope_inplace, DType::f16, TokenLayout::sbhd, 8, 128, 128, 64, kI,
-       kH, 0, "staged_vector", 8, 128, 1024, 1.0},
+       kH, 0, "staged_vector", 4, 128, 2048, 1.0},
       {"q rope_inplace f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 128, 128, 64, kI,
-       kH, 0, "staged_vector", 16, 128, 1024, 1.0},
+       kH, 0, "staged_vector", 8, 128, 2048, 1.0},
       {"q rope_inplace thd bf16", Call::rope_inplace, DType::bf16, TokenLayout::thd, 8, 128, 128,
-       64, kI, kH, 0, "staged_vector", 8, 128, 1024, 0.98},
+       64, kI, kH, 0, "staged_vector", 4, 128, 2048, 0.98},
       {"q rope_backward_inplace bf16", Call::rope_backward_inplace, DType::bf16, TokenLayout::sbhd,
-       8, 128, 128, 64, kI, kH, 0, "staged_vector", 8, 128, 1024, 1.0},
+       8, 128, 128, 64, kI, kH, 0, "staged_vector", 4, 128, 2048, 1.0},
       // In place without a layout change: chunks only, 128 x 8 (bf16: 64 threads of 16), 128 x 16
       // (f32).
       {"q rope_inplace half bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 128, 128,
@@ -151,12 +151,12 @@ const std::vector<Canonical>& canonical_calls() {
        0, "vector", 8, 64, 1024, 1.0},
       {"small kv_split_backward f32", Call::kv_split_backward, DType::f32, TokenLayout::sbhd, 8, 16,
        128, 64, kI, kH, 0, "vector", 8, 64, 1024, 1.0},
-      // H = 16 in place with the MLA layout change: staged rounds of whole rows, 8 in bf16 (16 x 8
-      // chunks a row: 1024 / 128, and 512 / emb 64), 4 in f32 (16 x 16 chunks a row).
+      // H = 16 in place with the MLA layout change: staged rounds of 8 whole rows (512 / emb 64
+      // coefficient slots), 16 x 8 chunks a row in bf16, 16 x 16 in f32.
       {"small rope_inplace bf16", Call::rope_inplace, DType::bf16, TokenLayout::sbhd, 8, 16, 128,
        64, kI, kH, 0, "staged_vector", 1, 128, 1024, 1.0},
       {"small rope_inplace f32", Call::rope_inplace, DType::f32, TokenLayout::sbhd, 8, 16, 128, 64,
-       kI, kH, 0, "staged_vector", 2, 128, 1024, 1.0},
+       kI, kH, 0, "staged_vector", 1, 128, 2048, 1.0},
       {"small rope_inplace thd bf16", Call::rope_inplace, DType::bf16, TokenLayout::thd, 8, 16, 128,
        64, kI, kH, 0, "staged_vector", 1, 128, 1024, 0.98},
       // One small head: 8 chunks (f32 emb 8: 2), one warp; THD stops at 4096 blocks, any layout at
@@ -452,14 +452,16 @@ TEST(GpuModelLaunch, RefusesConfigurationsAGpuRefuses) {
   EXPECT_TRUE(take_model_stats(stream).empty());
 }
 
-// The staged in-place body plans each round before its prepare phase, which loads the round's
-// slices and its rows' coefficients in one batch a thread (8 chunks of 16 bytes, and for the
-// first threads a pair chunk's 4 runs of kPairs floats of the half-layout f32 table): a round,
-// of one row (DeepSeek-V3) or of 4 to 8 (16 heads), waits for one round trip, in one phase with
-// loads, and its work phase loads nothing. Loading the coefficients in the work phase makes
-// two phases with loads a round and 9 round trips (bf16); staging each chunk, or each 4, as
-// it is loaded makes as many round trips as stores end batches (a store to shared memory ends
-// a batch as a global one does). sass_batches holds the compiled code to the 8.
+// The staged in-place body plans each round before its prepare phase, which copies the round's
+// slices into shared memory (asynchronous copies: up to 16 chunks of 16 bytes a thread) and
+// loads its rows' coefficients in one batch a thread (for the first threads a pair chunk's 4
+// runs of kPairs floats of the half-layout f32 table): a round, of one or two rows
+// (DeepSeek-V3) or of 8 (16 heads), waits for one round trip, in one phase with loads, and its
+// work phase loads nothing. Loading the coefficients in the work phase makes two phases with
+// loads a round; staging by loads and shared stores in small groups makes as many round trips
+// as stores end batches (a store to shared memory ends a batch as a global one does), and a
+// wait for the copies inside the loop one a step. sass_batches holds the compiled code to the
+// 16.
 TEST(StagedRounds, ARoundWaitsForOneBatchInOnePhase) {
   for (const char* name :
        {"q rope_inplace bf16", "q rope_inplace f32", "q rope_inplace thd bf16",
@@ -472,11 +474,11 @@ TEST(StagedRounds, ARoundWaitsForOneBatchInOnePhase) {
     const Observed o = CanonicalRun(*c).run();
     ASSERT_EQ(o.model.size(), 1u);
     const ModelLaunchStats& m = o.model[0];
-    ASSERT_EQ(m.blocks_run, c->blocks);  // a round a block (8 rows: 1 or 2 rounds of whole rows)
+    ASSERT_EQ(m.blocks_run, c->blocks);  // a round a block
     EXPECT_EQ(m.round_trips, m.blocks_run);
     EXPECT_EQ(m.load_phases, m.blocks_run);
     const std::int64_t pairs = c->dtype == DType::f32 ? 2 : 4;
-    EXPECT_EQ(m.largest_batch_bytes, std::int64_t{8} * 16 + 4 * pairs * 4);
+    EXPECT_EQ(m.largest_batch_bytes, c->work / c->threads * 16 + 4 * pairs * 4);
     if (c->layout == TokenLayout::sbhd) {
       EXPECT_EQ(m.index_round_trips, 0);
     }

@@ -5,6 +5,7 @@
 //   - alignment: 16-byte copies chosen when only one of two tensors is aligned;
 //   - bounds: a store one element past the end of an output;
 //   - races: two threads writing one element;
+//   - asynchronous copies: the staged body without its wait for them;
 //   - coalescing: a contiguous range of copies per thread lowers the sector efficiency;
 //   - ASan + UBSan (build-asan only): a store one past the end of a per-thread local array.
 #include <gtest/gtest.h>
@@ -72,6 +73,15 @@ TEST(GpuModelDetectors, RacesCatchTheStagedBodyWithoutItsBarrier) {
       [&] { model_stream(KernelFault::staged_missing_barrier).rope_inplace(b.inplace_call()); });
   EXPECT_NE(faulty.find("rope/staged_vector/bf16"), std::string::npos) << faulty;
   EXPECT_NE(faulty.find("race: store of a byte that"), std::string::npos) << faulty;
+  EXPECT_EQ(error_of([&] { model_stream(KernelFault::none).rope_inplace(b.inplace_call()); }), "");
+}
+
+TEST(GpuModelDetectors, AsyncCopiesCatchTheStagedBodyWithoutItsWait) {
+  RopeBuffers b(/*misalign_t=*/false);  // in place, MLA layouts, emb 64: the staged body
+  const std::string faulty = error_of(
+      [&] { model_stream(KernelFault::staged_unwaited_copies).rope_inplace(b.inplace_call()); });
+  EXPECT_NE(faulty.find("rope/staged_vector/bf16"), std::string::npos) << faulty;
+  EXPECT_NE(faulty.find("asynchronous copies not waited for"), std::string::npos) << faulty;
   EXPECT_EQ(error_of([&] { model_stream(KernelFault::none).rope_inplace(b.inplace_call()); }), "");
 }
 
@@ -176,9 +186,11 @@ TEST(GpuModelRefusals, NoHelperMakesAnAccessTheModelRefuses) {
 
 // What the model records of `body` run as one thread of a one-block launch over `footprint`,
 // with `shared` as the block's shared memory (none where null).
+// Its findings go to `findings` where given.
 template <class Body>
 kernels::gpu_model::LaunchStats one_thread(const detail::Footprint& footprint, float* shared,
-                                           std::size_t shared_bytes, Body body) {
+                                           std::size_t shared_bytes, Body body,
+                                           std::vector<std::string>* findings = nullptr) {
   kernels::gpu_model::Recorder recorder("one thread", footprint);
   recorder.begin_thread(kernels::GridCoord{});
   if (shared != nullptr) recorder.begin_phase(0, 0, shared, shared_bytes);
@@ -186,7 +198,95 @@ kernels::gpu_model::LaunchStats one_thread(const detail::Footprint& footprint, f
   body();
   kernels::gpu_model::t_recorder = nullptr;
   recorder.finish();
+  if (findings != nullptr) *findings = recorder.findings();
   return recorder.stats();
+}
+
+// An asynchronous copy to shared memory holds no register, so a thread's copies and its loads
+// are one batch until its wait for the copies (which ends the batch, as a store would); the
+// copied bytes land at that wait, not before (the model delays them, as a GPU may).
+TEST(GpuModelBatches, AsyncCopiesAreLoadsOfTheOpenBatchUntilTheirWait) {
+  alignas(16) float input[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  alignas(16) float output[4] = {};
+  alignas(16) float shared[12] = {};
+  detail::Footprint footprint;
+  footprint.add("in", contiguous_view<const void>(input, DType::f32, {12}),
+                detail::RegionUse::read);
+  footprint.add("out", contiguous_view<void>(output, DType::f32, {4}), detail::RegionUse::write);
+  float before_wait = -1;
+  const kernels::gpu_model::LaunchStats stats = one_thread(footprint, shared, sizeof shared, [&] {
+    kernels::async_copy_to_shared<16>(shared, input);  // batch 1: 16 + 8 + 4 + 16 bytes
+    kernels::async_copy_to_shared<8>(shared + 4, input + 4);
+    const float a = kernels::global_load(input + 6);
+    kernels::async_copy_to_shared<16>(shared + 8, input + 8);
+    before_wait = shared[0];  // not through the model: the bytes as they lie
+    kernels::wait_async_copies();
+    const float b = kernels::global_load(input + 7);  // batch 2: after the wait
+    kernels::global_store(output, a + b + kernels::shared_load(shared) +
+                                      kernels::shared_load(shared + 5) +
+                                      kernels::shared_load(shared + 11));
+    kernels::async_copy_to_shared<16>(shared, input + 4);  // batch 3
+    kernels::wait_async_copies();
+    kernels::global_store(output + 1, kernels::shared_load(shared + 3));
+  });
+  EXPECT_EQ(stats.errors, 0);
+  EXPECT_EQ(before_wait, 0.0f);
+  EXPECT_EQ(stats.load_batches, 3);
+  EXPECT_EQ(stats.round_trips, 3);
+  EXPECT_EQ(stats.largest_batch_bytes, 44);
+  EXPECT_EQ(output[0], 7.0f + 8.0f + 1.0f + 6.0f + 12.0f);
+  EXPECT_EQ(output[1], 8.0f);
+}
+
+// What a GPU would punish of asynchronous copies, each a finding: touching the bytes before
+// the wait (the copy may not have landed), a phase that ends without the wait (the barrier
+// does not wait for copies: they are dropped), a destination outside the block's shared
+// memory and a source inside it.
+TEST(GpuModelDetectors, AsyncCopiesAreWaitedForBeforeTheirBytesAreTouched) {
+  alignas(16) float input[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  alignas(16) float output[4] = {};
+  alignas(16) float shared[8] = {};
+  detail::Footprint footprint;
+  footprint.add("in", contiguous_view<const void>(input, DType::f32, {8}), detail::RegionUse::read);
+  footprint.add("out", contiguous_view<void>(output, DType::f32, {4}), detail::RegionUse::write);
+  const auto findings_of = [&](auto body) {
+    std::vector<std::string> findings;
+    std::memset(shared, 0, sizeof shared);
+    const kernels::gpu_model::LaunchStats stats =
+        one_thread(footprint, shared, sizeof shared, body, &findings);
+    EXPECT_EQ(stats.errors, static_cast<std::int64_t>(findings.size()));
+    std::string all;
+    for (const std::string& f : findings) all += f + "\n";
+    return all;
+  };
+  const std::string early = findings_of([&] {
+    kernels::async_copy_to_shared<16>(shared, input);
+    kernels::global_store(output, kernels::shared_load(shared + 2));
+    kernels::wait_async_copies();
+  });
+  EXPECT_NE(early.find("shared load of bytes an asynchronous copy of this thread has not landed"),
+            std::string::npos)
+      << early;
+  const std::string unwaited =
+      findings_of([&] { kernels::async_copy_to_shared<8>(shared, input); });
+  EXPECT_NE(unwaited.find("1 asynchronous copies not waited for"), std::string::npos) << unwaited;
+  EXPECT_EQ(shared[0], 0.0f);  // dropped
+  const std::string outside = findings_of([&] {
+    kernels::async_copy_to_shared<16>(output, input);
+    kernels::async_copy_to_shared<16>(shared, shared + 4);
+    kernels::wait_async_copies();
+  });
+  EXPECT_NE(outside.find("asynchronous copy to bytes outside the block's shared memory"),
+            std::string::npos)
+      << outside;
+  EXPECT_NE(outside.find("asynchronous copy from shared memory"), std::string::npos) << outside;
+  const std::string right = findings_of([&] {
+    kernels::async_copy_to_shared<16>(shared, input);
+    kernels::wait_async_copies();
+    kernels::global_store(output, kernels::shared_load(shared + 2));
+  });
+  EXPECT_EQ(right, "");
+  EXPECT_EQ(output[0], 3.0f);
 }
 
 // A thread's loads are one batch (one round trip) until it stores, to global or to shared
