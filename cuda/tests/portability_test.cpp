@@ -136,6 +136,17 @@ TEST(Portability, AtomicOrAccumulates) {
   EXPECT_EQ(word, 5u);
 }
 
+// Without the GPU model an asynchronous copy is a copy: the bytes are there at once, and the
+// wait has nothing to do (the model's delayed landing: gpu_model_test).
+TEST(Portability, AsyncCopiesInTheFastModeAreCopies) {
+  alignas(16) const std::uint32_t from[6] = {1, 2, 3, 4, 5, 6};
+  alignas(16) std::uint32_t to[6] = {};
+  async_copy_to_shared<16>(to, from);
+  async_copy_to_shared<8>(to + 4, from + 4);
+  wait_async_copies();
+  EXPECT_TRUE(std::equal(std::begin(from), std::end(from), std::begin(to)));
+}
+
 // copy_head_segments in the host's fast mode (no GPU model: each thread one contiguous range
 // of (head, item) pairs, copied by memcpy per head): over lengths with and without a tail of
 // single elements, head counts and thread counts, the threads together copy every element of

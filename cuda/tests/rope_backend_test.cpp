@@ -129,10 +129,10 @@ TEST_P(RopeBackendTest, CallsWithoutAStatusWordEmptyCallsAndWideSlices) {
     decreasing.name =
         std::string("THD decreasing cu_seqlens") + (status_word ? "" : ", no status word");
     bases.push_back(decreasing);
-    RopeCase staged;  // f32, emb 512: 128 chunks a slice, 8 slices a round, 2 rounds a row
+    RopeCase staged;  // f32, emb 512: 128 chunks a slice, rounds of 16 slices and of 5 a row
     staged.dtype = DType::f32;
     staged.layouts = {PairLayout::interleaved, PairLayout::half, PairLayout::half};
-    staged.heads = 11;
+    staged.heads = 21;
     staged.emb_dim = 512;
     staged.rows.seq_offsets = true;
     staged.rows.table_rows = 6;
