@@ -209,6 +209,14 @@ void Recorder::async_copy(void* to, const void* from, int bytes) {
   if (t % static_cast<std::uintptr_t>(bytes) != 0)
     report("misaligned " + std::to_string(bytes) + "-byte asynchronous copy to shared memory", to,
            bytes);
+  for (const AsyncCopy& c : async_copies_)
+    if (t < c.to + static_cast<std::uintptr_t>(c.bytes) &&
+        c.to < t + static_cast<std::uintptr_t>(bytes)) {
+      report("asynchronous copy to bytes an earlier one of this thread has not landed in (the "
+             "order in which they land is not defined)",
+             to, bytes);
+      return;
+    }
   if (!observe(from, bytes, Access::load)) return;  // the global side: a load of the batch
   // The shared side is written by the copy, not by a store of the thread: the batch goes on.
   check_race([this](std::uintptr_t granule)

@@ -74,7 +74,8 @@ class Recorder final : public host::ThreadObserver {
 
   /// A cp.async of the running thread (async_copy_to_shared): the global read is a load of
   /// its open batch; the shared bytes are written at the thread's wait_async_copies, and an
-  /// access of the thread to them before it, or a phase that ends without it, is a finding.
+  /// access of the thread to them before it, a second copy to them before it, or a phase that
+  /// ends without it, is a finding.
   void async_copy(void* to, const void* from, int bytes);
   /// The running thread's asynchronous copies land; its batch of loads ends (the wait).
   void wait_async_copies();

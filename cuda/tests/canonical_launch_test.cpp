@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "host/host_stream.h"
+#include "kernels/rope_kernels.h"
 #include "launch/launch_builder.h"
 #include "launch/stream_impl.h"
 #include "mlarope/backend.h"
@@ -481,6 +482,28 @@ TEST(StagedRounds, ARoundWaitsForOneBatchInOnePhase) {
     EXPECT_EQ(m.largest_batch_bytes, c->work / c->threads * 16 + 4 * pairs * 4);
     if (c->layout == TokenLayout::sbhd) {
       EXPECT_EQ(m.index_round_trips, 0);
+    }
+  }
+}
+
+// The staged body's rounds as docs/kernels.md gives them (launch geometry): R = min(2048 /
+// (H x chunks), 512 / emb_dim) whole rows where R > 1, else min(H, 2048 / chunks) slices of
+// one row, each at least 1. 2,048 chunks (32 KiB) is the occupancy trade the timing model
+// priced (4 blocks an SM by shared memory); a change to it is one to re-measure. Head counts
+// and slice widths on both sides of every quotient's steps (683 x 3 = 2049).
+TEST(StagedRounds, RoundsHoldTheDocumentedChunks) {
+  for (std::int64_t chunks : {1, 2, 3, 4, 8, 16, 32, 64}) {
+    const std::int64_t emb = chunks * 8;  // bf16: 4 pairs a chunk
+    std::vector<std::int64_t> head_counts = {683, 2049 / chunks, 2048 / chunks + 1};
+    for (std::int64_t h = 1; h <= 2100; h += h < 70 ? 1 : 29) head_counts.push_back(h);
+    for (std::int64_t h : head_counts) {
+      SCOPED_TRACE("heads " + std::to_string(h) + ", chunks " + std::to_string(chunks));
+      const std::int64_t rows =
+          std::max<std::int64_t>(1, std::min<std::int64_t>(2048 / (h * chunks), 512 / emb));
+      EXPECT_EQ(kernels::staged_rows_per_round(h, chunks, emb), rows);
+      const std::int64_t slices =
+          std::max<std::int64_t>(1, std::min<std::int64_t>(h, 2048 / chunks));
+      EXPECT_EQ(kernels::staged_slices_per_round(h, chunks), slices);
     }
   }
 }

@@ -239,7 +239,8 @@ TEST(GpuModelBatches, AsyncCopiesAreLoadsOfTheOpenBatchUntilTheirWait) {
 }
 
 // What a GPU would punish of asynchronous copies, each a finding: touching the bytes before
-// the wait (the copy may not have landed), a phase that ends without the wait (the barrier
+// the wait (the copy may not have landed), a second copy to them before it (the order in
+// which two copies land is not defined), a phase that ends without the wait (the barrier
 // does not wait for copies: they are dropped), a destination outside the block's shared
 // memory and a source inside it.
 TEST(GpuModelDetectors, AsyncCopiesAreWaitedForBeforeTheirBytesAreTouched) {
@@ -267,6 +268,14 @@ TEST(GpuModelDetectors, AsyncCopiesAreWaitedForBeforeTheirBytesAreTouched) {
   EXPECT_NE(early.find("shared load of bytes an asynchronous copy of this thread has not landed"),
             std::string::npos)
       << early;
+  const std::string twice = findings_of([&] {
+    kernels::async_copy_to_shared<16>(shared, input);
+    kernels::async_copy_to_shared<8>(shared + 2, input + 4);
+    kernels::wait_async_copies();
+  });
+  EXPECT_NE(twice.find("asynchronous copy to bytes an earlier one of this thread has not landed"),
+            std::string::npos)
+      << twice;
   const std::string unwaited =
       findings_of([&] { kernels::async_copy_to_shared<8>(shared, input); });
   EXPECT_NE(unwaited.find("1 asynchronous copies not waited for"), std::string::npos) << unwaited;
