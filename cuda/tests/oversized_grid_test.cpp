@@ -133,8 +133,8 @@ TEST(OversizedGrid, StagedRopeWithMoreBlocksThanRoundsAndWithFewer) {
   // f32, 128 chunks a slice at emb 512: 8 slices a round, a round a row, 6 rounds a call; 64
   // chunks at emb 256: rounds of 2 whole rows (512 / 256), 3 rounds a call, each block planning
   // its next round's rows while it writes the current one. Blocks of 32 threads (the builder
-  // gives 128) take 2 steps of 16 copies a round (at emb 512) and more coefficient slots (128 at emb 512) than
-  // threads; a block of one thread does every step of a round alone.
+  // gives 128) take 2 steps of 16 copies a round (at emb 512) and more coefficient slots (128 at
+  // emb 512) than threads; a block of one thread does every step of a round alone.
   for (const auto& [emb, rounds] : {std::pair<std::int64_t, std::int64_t>{512, 6}, {256, 3}})
     for (int threads : {0, 32, 1})                 // 0: the builder's
       for (std::int64_t blocks : {19, 5, 2, 1}) {  // 5 (emb 512), 2 and 1: several rounds a block
