@@ -177,21 +177,24 @@ bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
     return false;
   }
   if (access == Access::atomic) return true;
-  const std::uintptr_t end = a + static_cast<std::uintptr_t>(bytes);
-  for (const AsyncCopy& c : async_copies_)
-    if (a < c.to + static_cast<std::uintptr_t>(c.bytes) && c.to < end) {
-      report(std::string("shared ") + access_name(access) +
-                 " of bytes an asynchronous copy of this thread has not landed in (no "
-                 "wait_async_copies between)",
-             address, bytes);
-      return false;
-    }
+  if (lands_in(a, bytes)) {
+    report(std::string("shared ") + access_name(access) +
+               " of bytes an asynchronous copy of this thread has not landed in (no "
+               "wait_async_copies between)",
+           address, bytes);
+    return false;
+  }
   // A store to shared memory waits for the load it stores, as a global store does: the batch ends.
   if (access == Access::store) batch_open_ = false;
-  check_race([this](std::uintptr_t granule)
-                 -> Shadow& { return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)]; },
-             a, bytes, access);
+  check_race(shared_shadow(), a, bytes, access);
   return true;
+}
+
+bool Recorder::lands_in(std::uintptr_t address, int bytes) const {
+  const std::uintptr_t end = address + static_cast<std::uintptr_t>(bytes);
+  for (const AsyncCopy& c : async_copies_)
+    if (address < c.to + static_cast<std::uintptr_t>(c.bytes) && c.to < end) return true;
+  return false;
 }
 
 void Recorder::async_copy(void* to, const void* from, int bytes) {
@@ -209,19 +212,15 @@ void Recorder::async_copy(void* to, const void* from, int bytes) {
   if (t % static_cast<std::uintptr_t>(bytes) != 0)
     report("misaligned " + std::to_string(bytes) + "-byte asynchronous copy to shared memory", to,
            bytes);
-  for (const AsyncCopy& c : async_copies_)
-    if (t < c.to + static_cast<std::uintptr_t>(c.bytes) &&
-        c.to < t + static_cast<std::uintptr_t>(bytes)) {
-      report("asynchronous copy to bytes an earlier one of this thread has not landed in (the "
-             "order in which they land is not defined)",
-             to, bytes);
-      return;
-    }
+  if (lands_in(t, bytes)) {
+    report("asynchronous copy to bytes an earlier one of this thread has not landed in (the "
+           "order in which they land is not defined)",
+           to, bytes);
+    return;
+  }
   if (!observe(from, bytes, Access::load)) return;  // the global side: a load of the batch
   // The shared side is written by the copy, not by a store of the thread: the batch goes on.
-  check_race([this](std::uintptr_t granule)
-                 -> Shadow& { return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)]; },
-             t, bytes, Access::store);
+  check_race(shared_shadow(), t, bytes, Access::store);
   AsyncCopy c{t, bytes, {}};
   std::memcpy(c.data, from, static_cast<std::size_t>(bytes));
   async_copies_.push_back(c);

@@ -145,6 +145,15 @@ class Recorder final : public host::ThreadObserver {
   Page& page_of(std::uintptr_t address);
   /// The shadows of the granules of a page, allocated on first use (zero: no access yet).
   Shadow* shadows_of(Page& page);
+  /// check_race's shadow_of for the current block's shared memory.
+  auto shared_shadow() {
+    return [this](std::uintptr_t granule) -> Shadow& {
+      return shared_shadow_[granule - (shared_begin_ >> kGranuleBits)];
+    };
+  }
+  /// True when an asynchronous copy of the running thread not yet waited for writes one of the
+  /// bytes [address, address + bytes).
+  bool lands_in(std::uintptr_t address, int bytes) const;
   template <class ShadowOf>
   void check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes, Access access);
   bool ordered_before(std::uint32_t epoch, std::uint16_t thread) const;
