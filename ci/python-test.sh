@@ -15,7 +15,13 @@ pip_install() { "$venv/bin/python" -m pip install --quiet --disable-pip-version-
 pip_download() { "$venv/bin/python" -m pip download --quiet --disable-pip-version-check "$@"; }
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 echo "python: pip install . into $venv"
-pip_install .
+# The extension's objects through the compiler cache, as in ci/build.sh (MLAROPE_CCACHE=0 to go
+# without): a fixed build folder in the tree, so that the paths are the same from any clone.
+if [ "${MLAROPE_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
+  CCACHE_BASEDIR=$PWD CMAKE_CXX_COMPILER_LAUNCHER=ccache pip_install . --config-settings=build-dir=build-python/cmake
+else
+  pip_install .
+fi
 "$venv/bin/python" -c "import mlarope, sys; print('python: mlarope from', mlarope.__file__)"
 megatron=1 triton=1
 if [[ "${MLAROPE_SKIP_MEGATRON:-0}" == 1 ]]; then
