@@ -61,14 +61,17 @@ MLAROPE_HD MLAROPE_INLINE std::int64_t probe(std::int64_t lo, int k, std::int64_
 /// cp_size is at most r (N: padding), tested as cu[i] - cu[0] <= r * cp_size. Each step of
 /// the search loads kSearchProbes entries spread over the candidates left (lo, lo + step, ...,
 /// at most hi), all in flight together (one round trip), and keeps the span from the last that
-/// passes to before the first that fails; then cu[i] and cu[i + 1] together. n candidates take
-/// about log8(n) round trips where halving takes log2(n).
+/// passes to before the first that fails. The entries of those two probes are kept: when one
+/// candidate is left, lo, they are cu[lo] and cu[lo + 1] (hi < N was set by a probe of hi + 1
+/// that failed), so the start and end of the sequence need no load of their own. n candidates
+/// take about log8(n) round trips where halving takes log2(n).
 /// NOTE: meaningful only where the cu_seqlens gate is open (non-decreasing, lengths divisible
 /// by cp_size); elsewhere it still reads inside the array and ends: lo is always an entry that
 /// passed (cu[0] first), and each step keeps fewer candidates than it had.
 MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::int64_t r) {
   const std::int64_t global_row = r * p.cp_size;
-  std::int64_t first = 0, lo = 0, hi = p.num_sequences;  // the answer lies in [lo, hi]
+  std::int64_t lo = 0, hi = p.num_sequences;        // the answer lies in [lo, hi]
+  std::int32_t first = 0, at_lo = 0, above_hi = 0;  // cu[0], cu[lo], cu[hi + 1] (hi < N)
   while (lo < hi) {
     const std::int64_t step = (hi - lo + kSearchProbes) / kSearchProbes;  // ceil((hi-lo+1)/K)
     int probes = 1;  // distinct: those below hi, and hi where they are fewer than all
@@ -89,14 +92,18 @@ MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::
     MLAROPE_UNROLL
     for (int k = 0; k < kSearchProbes; ++k)
       pass += k < probes && entry[k] - first <= global_row ? 1 : 0;
-    const std::int64_t last_passing = probe(lo, pass - 1, step, hi);  // probe 0, lo, passes
+    // The kept entries, cu[last passing probe] and cu[first failing one], by a select over the
+    // probes (an array indexed by `pass` would go to local memory).
+    MLAROPE_UNROLL
+    for (int k = 0; k < kSearchProbes; ++k) {
+      if (k < pass) at_lo = entry[k];
+      else if (k == pass && k < probes) above_hi = entry[k];
+    }
+    const std::int64_t last_passing = probe(lo, pass - 1, step, hi);
     if (pass < probes) hi = probe(lo, pass, step, hi) - 1;
     lo = last_passing;
   }
-  const std::int64_t at[2] = {lo, lo < p.num_sequences ? lo + 1 : lo};
-  std::int32_t entry[2];
-  load_index_batch(p.cu_seqlens, at, entry);
-  return RowSequence{lo, first, entry[0], entry[1]};
+  return RowSequence{lo, first, at_lo, lo < p.num_sequences ? above_hi : at_lo};
 }
 
 /// Element r of the position_ids array.
@@ -137,6 +144,15 @@ MLAROPE_HD MLAROPE_INLINE RowPlan plan_sbhd_row(const PositionArgs& p, std::int6
 /// Threads of a block that check sequences (one shared word each).
 inline constexpr int kGateSlots = 128;
 
+/// What check_sequences leaves in a block's shared memory for gate_closed: each checking
+/// thread's bits, and cu[0] and cu[N], stored by the threads whose share loaded them, so that
+/// the total-length rule needs no load (and no round trip) of its own.
+struct GateSlots {
+  DeviceStatus bits[kGateSlots];
+  std::int32_t first;  ///< cu[0] (where N > 0)
+  std::int32_t last;   ///< cu[N] (where N > 0)
+};
+
 /// Status bits of a sequence of `length` (global) rows under the per-sequence rules: a
 /// decreasing cu_seqlens, or a length not divisible by 2 * cp_size.
 MLAROPE_HD MLAROPE_INLINE DeviceStatus length_bits(const PositionArgs& p, std::int64_t length) {
@@ -145,35 +161,35 @@ MLAROPE_HD MLAROPE_INLINE DeviceStatus length_bits(const PositionArgs& p, std::i
   return kStatusOk;
 }
 
-/// Status bits of sequence i.
-MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits(const PositionArgs& p, std::int64_t i) {
+/// Consecutive sequences [i, j) as checked: their status bits, cu[i] and cu[j].
+struct SequenceSpan {
+  DeviceStatus bits;
+  std::int32_t from;
+  std::int32_t to;
+};
+
+/// Sequence i.
+MLAROPE_HD MLAROPE_INLINE SequenceSpan check_sequence(const PositionArgs& p, std::int64_t i) {
   const std::int64_t at[2] = {i, i + 1};
   std::int32_t entry[2];
   load_index_batch(p.cu_seqlens, at, entry);
-  return length_bits(p, static_cast<std::int64_t>(entry[1]) - entry[0]);
+  return {length_bits(p, static_cast<std::int64_t>(entry[1]) - entry[0]), entry[0], entry[1]};
 }
 
-/// True when the sequences add up to more than the call's rows: cu[N] - cu[0] > T * cp_size.
-MLAROPE_HD MLAROPE_INLINE bool sequences_exceed_rows(const PositionArgs& p) {
-  const std::int64_t at[2] = {0, p.num_sequences};
-  std::int32_t entry[2];
-  load_index_batch(p.cu_seqlens, at, entry);
-  return static_cast<std::int64_t>(entry[1]) - entry[0] > p.seq_len * p.cp_size;
-}
-
-/// The gate's verdict from the per-sequence bits: closed (true) when a rule is broken. The
-/// total-length rule is applied only when the per-sequence rules hold; block 0 reports it.
+/// The gate's verdict from the per-sequence bits and the sequences' total length
+/// cu[N] - cu[0]: closed (true) when a rule is broken. The total-length rule (at most the
+/// call's T * cp_size rows) is applied only when the per-sequence rules hold; block 0 reports it.
 MLAROPE_HD MLAROPE_INLINE bool gate_verdict(const PositionArgs& p, const GridCoord& g,
-                                            DeviceStatus bits) {
+                                            DeviceStatus bits, std::int64_t total) {
   if (bits != kStatusOk) return true;
-  if (!sequences_exceed_rows(p)) return false;
+  if (total <= p.seq_len * p.cp_size) return false;
   if (g.block == 0 && p.status != nullptr) atomic_or(p.status, kStatusBadCuSeqlens);
   return true;
 }
 
-/// Status bits of sequences [i, i + 4): cu[i .. i + 3] in one 16-byte load (cu + i aligned
-/// to 16 bytes) and cu[i + 4], in flight together.
-MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits_x4(const PositionArgs& p, std::int64_t i) {
+/// Sequences [i, i + 4): cu[i .. i + 3] in one 16-byte load (cu + i aligned to 16 bytes) and
+/// cu[i + 4], in flight together.
+MLAROPE_HD MLAROPE_INLINE SequenceSpan check_four_sequences(const PositionArgs& p, std::int64_t i) {
   // Only the GPU model and the device run this: the host's fast branches check the gate with
   // call_passes_through, a sequence at a time.
   MLAROPE_BEGIN_INDEX_BATCH();  // GCOVR_EXCL_BR_LINE: never without the model (above)
@@ -187,16 +203,17 @@ MLAROPE_HD MLAROPE_INLINE DeviceStatus sequence_bits_x4(const PositionArgs& p, s
     if (to < from) bits |= kStatusBadCuSeqlens;
     else if (p.cp_size > 1) bits |= length_bits(p, static_cast<std::int64_t>(to) - from);
   }
-  return bits;
+  return {bits, static_cast<std::int32_t>(v.words[0]), last};
 }
 
 /// First phase of a gated body: thread t < kGateSlots stores into slot t the bits of its share
 /// of the sequences (n = the block's checking threads): the sequences before the first entry
 /// aligned to 16 bytes and those after the last whole group of four one at a time, the groups
 /// between four at a time (a 16-byte load and one more entry: half a load a sequence, where
-/// one at a time takes two). Block 0 reports the bits.
+/// one at a time takes two). The threads of the first and the last unit store cu[0] and cu[N].
+/// Block 0 reports the bits.
 MLAROPE_HD MLAROPE_INLINE void check_sequences(const PositionArgs& p, const GridCoord& g,
-                                               DeviceStatus* slots) {
+                                               GateSlots& slots) {
   const int n = g.num_threads < kGateSlots ? g.num_threads : kGateSlots;
   if (g.thread >= n) return;
   const auto address = reinterpret_cast<std::uintptr_t>(p.cu_seqlens);
@@ -207,21 +224,29 @@ MLAROPE_HD MLAROPE_INLINE void check_sequences(const PositionArgs& p, const Grid
   const std::int64_t units = p.num_sequences - 3 * groups;  // lone sequences and groups
   DeviceStatus bits = kStatusOk;
   for (std::int64_t u = g.thread; u < units; u += n) {
-    if (u >= head && u < head + groups) bits |= sequence_bits_x4(p, head + 4 * (u - head));
-    else bits |= sequence_bits(p, u < head ? u : u + 3 * groups);
+    const SequenceSpan span = u >= head && u < head + groups
+                                  ? check_four_sequences(p, head + 4 * (u - head))
+                                  : check_sequence(p, u < head ? u : u + 3 * groups);
+    bits |= span.bits;
+    if (u == 0) shared_store(&slots.first, span.from);
+    if (u == units - 1) shared_store(&slots.last, span.to);
   }
-  shared_store(slots + g.thread, bits);
+  shared_store(slots.bits + g.thread, bits);
   if (bits != kStatusOk && g.block == 0 && p.status != nullptr) atomic_or(p.status, bits);
 }
 
 /// After check_sequences and a barrier, by one thread of the block: true when every row of the
 /// call passes through.
 MLAROPE_HD MLAROPE_INLINE bool gate_closed(const PositionArgs& p, const GridCoord& g,
-                                           const DeviceStatus* slots) {
+                                           const GateSlots& slots) {
   const int n = g.num_threads < kGateSlots ? g.num_threads : kGateSlots;
   DeviceStatus bits = kStatusOk;
-  for (int t = 0; t < n; ++t) bits |= shared_load(slots + t);
-  return gate_verdict(p, g, bits);
+  for (int t = 0; t < n; ++t) bits |= shared_load(slots.bits + t);
+  const std::int64_t total =
+      p.num_sequences > 0
+          ? static_cast<std::int64_t>(shared_load(&slots.last)) - shared_load(&slots.first)
+          : 0;
+  return gate_verdict(p, g, bits, total);
 }
 
 #if !defined(__CUDA_ARCH__)
@@ -230,9 +255,14 @@ MLAROPE_HD MLAROPE_INLINE bool gate_closed(const PositionArgs& p, const GridCoor
 inline bool call_passes_through(const PositionArgs& p, const GridCoord& g) {
   if (p.layout != TokenLayout::thd) return false;
   DeviceStatus bits = kStatusOk;
-  for (std::int64_t i = 0; i < p.num_sequences; ++i) bits |= sequence_bits(p, i);
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < p.num_sequences; ++i) {
+    const SequenceSpan span = check_sequence(p, i);
+    bits |= span.bits;
+    total += static_cast<std::int64_t>(span.to) - span.from;  // cu[N] - cu[0] at the end
+  }
   if (bits != kStatusOk && g.block == 0 && p.status != nullptr) atomic_or(p.status, bits);
-  return gate_verdict(p, g, bits);
+  return gate_verdict(p, g, bits, total);
 }
 #endif
 

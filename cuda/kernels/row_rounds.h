@@ -28,8 +28,8 @@ struct RowRounds {
   using Args = typename Work::Args;
   struct Shared {
     typename Work::Shared work;
-    DeviceStatus gate[kGateSlots];  ///< check_sequences' bits, one slot per checking thread
-    std::int64_t freq_row;          ///< the round's row plan, made by thread 0
+    GateSlots gate;         ///< check_sequences' bits and the ends of cu_seqlens
+    std::int64_t freq_row;  ///< the round's row plan, made by thread 0
     std::int32_t rotate;
     std::int32_t closed;  ///< the gate's verdict, by thread 0 in round 0
   };
@@ -107,7 +107,7 @@ struct PlannedRounds {
   using Plans = RoundPlans<Work::kMaxRoundRows>;
   struct Shared {
     typename Work::Shared work;
-    DeviceStatus gate[kGateSlots];  ///< check_sequences' bits, one slot per checking thread
+    GateSlots gate;  ///< check_sequences' bits and the ends of cu_seqlens
     RoundPlanSlots<Work::kMaxRoundRows> plans[2];  ///< of rounds r and r + 1, by parity
     std::int32_t closed;                           ///< the gate's verdict, by thread 0
   };

@@ -147,6 +147,39 @@ TEST(ThdGate, SequencesLongerThanTheRowsPassEveryRowThrough) {
   }
 }
 
+// The total-length rule takes cu[0] and cu[N] from the checking threads whose share loaded
+// them, whether a lone sequence or a group of four holds each end: sequences one row longer
+// than the call close the gate for every layout of the gate's reads.
+TEST(ThdGate, TheTotalLengthRuleSeesBothEndsOfEveryLayoutOfTheReads) {
+  for (const std::int64_t n : {1, 2, 5, 23})
+    for (std::size_t offset = 0; offset < 4; ++offset) {
+      std::vector<std::int32_t> storage(offset, 0);
+      const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
+      storage.insert(storage.end(), cu.begin(), cu.end());
+      SCOPED_TRACE(std::to_string(n) + " sequences, offset " + std::to_string(offset));
+      if (n > 1) {
+        const ThdResult longer = run_rope_at(storage, offset, n - 1, true);
+        EXPECT_EQ(longer.status, kStatusBadCuSeqlens);
+        EXPECT_EQ(rows_passed_through(longer, n - 1), n - 1);
+      }
+      const ThdResult fits = run_rope_at(storage, offset, n, true);
+      EXPECT_EQ(fits.status, kStatusOk);
+      EXPECT_EQ(rows_passed_through(fits, n), 0);
+    }
+}
+
+// A block's index round trips: one for the gate (the total-length rule reads no entry of its
+// own) and one a row for its plan (up to 8 entries: one step of the search, whose last probes
+// hold the sequence's start and end).
+TEST(ThdGate, ABlockWaitsForTheGateOnceAndForEachRowsSearchOnce) {
+  const ThdResult r = run_rope(uniform_cu_seqlens(3, 2), 6, 1, true);
+  ASSERT_EQ(r.launches.size(), 1u);
+  const ModelLaunchStats& m = r.launches[0];
+  EXPECT_EQ(r.status, kStatusOk);
+  EXPECT_GT(m.blocks_run, 0);
+  EXPECT_EQ(m.index_round_trips, m.blocks_run + 6) << m.blocks_run << " blocks for 6 rows";
+}
+
 TEST(ThdGate, GridsStopAtMaxThdBlocksAndBlocksTakeSeveralRows) {
   const std::int64_t rows = 4500;  // in 3 sequences: the gate's reads are few beside the work
   const detail::LaunchProfile profile = detail::cuda_launch_profile();
@@ -171,9 +204,8 @@ TEST(ThdGate, ManySequencesBoundTheGatesReads) {
   ASSERT_EQ(model.launches.size(), 1u);
   const ModelLaunchStats& m = model.launches[0];
   EXPECT_EQ(m.blocks, profile.min_thd_blocks);
-  // A row's plan: a search over 4501 entries, at most 5 steps of 8 entries, cu[i] and
-  // cu[i + 1], 4 more.
-  const std::int64_t plan = 8 * 5 + 2 + 4;
+  // A row's plan: a search over 4501 entries, at most 5 steps of 8 entries, 4 more.
+  const std::int64_t plan = 8 * 5 + 4;
   EXPECT_LE(m.index_loads, m.blocks * (rows / 2 + 16) + rows * plan) << "gate reads per call";
   // The model's state stays near the footprint (t, out, tables, cu_seqlens), however many
   // times the blocks read cu_seqlens.
