@@ -184,9 +184,33 @@ bool Recorder::observe_shared(std::uintptr_t a, int bytes, Access access) {
            address, bytes);
     return false;
   }
+  // Judged at the end of the phase: a store of another thread later in this phase makes it a
+  // race, which check_race reports at that store.
+  if (access == Access::load && !written_in_block(a, bytes))
+    unwritten_loads_.push_back({a, bytes, coord_.thread});
   // A store to shared memory waits for the load it stores, as a global store does: the batch ends.
   if (access == Access::store) batch_open_ = false;
   check_race(shared_shadow(), a, bytes, access);
+  return true;
+}
+
+void Recorder::report_unwritten_loads() {
+  const GridCoord running = coord_;
+  for (const UnwrittenLoad& u : unwritten_loads_) {
+    if (written_in_block(u.address, u.bytes)) continue;
+    coord_.thread = u.thread;
+    report("shared load of bytes no thread of this block has written (a block's shared memory "
+           "starts undefined: it holds what an earlier block left there)",
+           reinterpret_cast<const void*>(u.address), u.bytes);
+  }
+  coord_ = running;
+  unwritten_loads_.clear();
+}
+
+bool Recorder::written_in_block(std::uintptr_t address, int bytes) {
+  const std::uintptr_t last = (address + static_cast<std::uintptr_t>(bytes) - 1) >> kGranuleBits;
+  for (std::uintptr_t granule = address >> kGranuleBits; granule <= last; ++granule)
+    if (shared_shadow()(granule).writer_epoch == 0) return false;  // shadows start each block at 0
   return true;
 }
 
@@ -436,6 +460,7 @@ void Recorder::fold_warp_accesses() {
 
 void Recorder::end_phase() {
   end_thread();
+  report_unwritten_loads();
   fold_warp_accesses();
   block_trips_.add(phase_trips_);
   phase_trips_ = {};

@@ -132,6 +132,12 @@ class Recorder final : public host::ThreadObserver {
     std::uintptr_t begin, end;
   };
 
+  struct UnwrittenLoad {  // a load of shared bytes no thread of the block had written
+    std::uintptr_t address;
+    int bytes;
+    int thread;
+  };
+
   struct AsyncCopy {  // a copy of the running thread not yet waited for
     std::uintptr_t to;
     int bytes;
@@ -154,6 +160,12 @@ class Recorder final : public host::ThreadObserver {
   /// True when an asynchronous copy of the running thread not yet waited for writes one of the
   /// bytes [address, address + bytes).
   bool lands_in(std::uintptr_t address, int bytes) const;
+  /// True when every byte of [address, address + bytes) of the block's shared memory has been
+  /// written by a thread of the current block (a store, or a copy issued).
+  bool written_in_block(std::uintptr_t address, int bytes);
+  /// The phase's loads of shared bytes that were not written when they ran and still are not:
+  /// findings (a GPU's shared memory starts each block undefined).
+  void report_unwritten_loads();
   template <class ShadowOf>
   void check_race(ShadowOf shadow_of, std::uintptr_t address, int bytes, Access access);
   bool ordered_before(std::uint32_t epoch, std::uint16_t thread) const;
@@ -186,6 +198,7 @@ class Recorder final : public host::ThreadObserver {
   std::int32_t phase_ = 0;         ///< of a phased body; 0 otherwise
   std::uintptr_t shared_begin_ = 0, shared_end_ = 0;   ///< the current block's shared memory
   std::vector<Shadow> shared_shadow_;                  ///< by granule
+  std::vector<UnwrittenLoad> unwritten_loads_;         ///< of the current phase
   std::int64_t sequence_ = 0;                          ///< accesses of the current thread so far
   std::vector<WarpRecord> warp_records_;               ///< the current phase's accesses
   std::vector<std::size_t> group_start_, group_fill_;  ///< fold_warp_accesses' counting sort

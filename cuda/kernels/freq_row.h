@@ -103,7 +103,7 @@ MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::
     if (pass < probes) hi = probe(lo, pass, step, hi) - 1;
     lo = last_passing;
   }
-  return RowSequence{lo, first, at_lo, lo < p.num_sequences ? above_hi : at_lo};
+  return RowSequence{lo, first, at_lo, above_hi};
 }
 
 /// Element r of the position_ids array.

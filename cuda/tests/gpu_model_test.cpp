@@ -298,6 +298,67 @@ TEST(GpuModelDetectors, AsyncCopiesAreWaitedForBeforeTheirBytesAreTouched) {
   EXPECT_EQ(output[0], 3.0f);
 }
 
+// A block's shared memory starts undefined on a GPU (it holds what an earlier block left
+// there): a load of bytes no thread of the block has written, in part or at all, is a finding,
+// also where the block before wrote them; after a store or an issued copy of the block, the
+// same loads are clean.
+TEST(GpuModelDetectors, SharedLoadsOfBytesTheBlockHasNotWrittenAreFound) {
+  alignas(16) float input[4] = {1, 2, 3, 4};
+  alignas(16) float output[2] = {};
+  alignas(16) float shared[4] = {};
+  detail::Footprint footprint;
+  footprint.add("in", contiguous_view<const void>(input, DType::f32, {4}), detail::RegionUse::read);
+  footprint.add("out", contiguous_view<void>(output, DType::f32, {2}), detail::RegionUse::write);
+  const std::string unwritten = "shared load of bytes no thread of this block has written";
+  const auto findings_of = [&](auto body) {
+    std::vector<std::string> findings;
+    const kernels::gpu_model::LaunchStats stats =
+        one_thread(footprint, shared, sizeof shared, body, &findings);
+    EXPECT_EQ(stats.errors, static_cast<std::int64_t>(findings.size()));
+    std::string all;
+    for (const std::string& f : findings) all += f + "\n";
+    return all;
+  };
+  const std::string never =
+      findings_of([&] { kernels::global_store(output, kernels::shared_load(shared + 1)); });
+  EXPECT_NE(never.find(unwritten), std::string::npos) << never;
+  const std::string half = findings_of([&] {
+    kernels::shared_store(shared + 2, 1.0f);
+    const auto* pair = reinterpret_cast<const double*>(shared + 2);
+    kernels::global_store(output, static_cast<float>(kernels::shared_load(pair)));
+  });
+  EXPECT_NE(half.find(unwritten), std::string::npos) << half;
+  const std::string stored = findings_of([&] {
+    kernels::shared_store(shared + 1, 5.0f);
+    kernels::global_store(output, kernels::shared_load(shared + 1));
+  });
+  EXPECT_EQ(stored, "");
+  EXPECT_EQ(output[0], 5.0f);
+  const std::string copied = findings_of([&] {
+    kernels::async_copy_to_shared<16>(shared, input);
+    kernels::wait_async_copies();
+    kernels::global_store(output + 1, kernels::shared_load(shared + 3));
+  });
+  EXPECT_EQ(copied, "");
+  EXPECT_EQ(output[1], 4.0f);
+  // Block 1 reads what block 0 wrote into the same shared memory.
+  kernels::gpu_model::Recorder recorder("two blocks", footprint);
+  kernels::gpu_model::t_recorder = &recorder;
+  recorder.begin_phase(0, 0, shared, sizeof shared);
+  recorder.begin_thread(kernels::GridCoord{0, 2, 0, 1});
+  kernels::shared_store(shared, 7.0f);
+  recorder.begin_phase(1, 0, shared, sizeof shared);
+  recorder.begin_thread(kernels::GridCoord{1, 2, 0, 1});
+  kernels::global_store(output, kernels::shared_load(shared));
+  kernels::gpu_model::t_recorder = nullptr;
+  recorder.finish();
+  EXPECT_EQ(recorder.stats().errors, 1);
+  ASSERT_EQ(recorder.findings().size(), 1u);
+  EXPECT_NE(recorder.findings()[0].find("two blocks block 1 thread 0: " + unwritten),
+            std::string::npos)
+      << recorder.findings()[0];
+}
+
 // A thread's loads are one batch (one round trip) until it stores, to global or to shared
 // memory (the store waits for what it stores), or until MLAROPE_END_LOAD_BATCH.
 TEST(GpuModelBatches, AStoreGlobalOrSharedOrAnEndMarkClosesABatch) {

@@ -21,6 +21,7 @@ namespace mlarope::test {
 namespace {
 
 constexpr std::int64_t kHeads = 2, kNope = 4, kEmb = 8, kWidth = kNope + kEmb;
+constexpr std::int64_t kSpareTableRows = 8;
 
 struct ThdResult {
   std::vector<float> out;
@@ -28,7 +29,8 @@ struct ThdResult {
   std::vector<ModelLaunchStats> launches;  ///< under the GPU model
 };
 
-// Out-of-place rope, f32, THD [rows, kHeads, kWidth], packed table of `rows` rows.
+// Out-of-place rope, f32, THD [rows, kHeads, kWidth], packed table of rows * cp_size rows and
+// kSpareTableRows more (for a cu_seqlens whose first entry is not 0).
 ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offset,
                       std::int64_t rows, bool gpu_model, std::int64_t cp_size = 1);
 
@@ -42,7 +44,8 @@ ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offs
                       std::int64_t rows, bool gpu_model, std::int64_t cp_size) {
   std::vector<float> t(static_cast<std::size_t>(rows * kHeads * kWidth));
   for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.25f + static_cast<float>(i % 89) * 0.01f;
-  std::vector<float> cos(static_cast<std::size_t>(rows * cp_size * kEmb), 0.6f);
+  const std::int64_t table_rows = rows * cp_size + kSpareTableRows;
+  std::vector<float> cos(static_cast<std::size_t>(table_rows * kEmb), 0.6f);
   std::vector<float> sin(cos.size(), 0.8f);
   ThdResult r;
   r.out.assign(t.size(), 0.0f);
@@ -52,8 +55,8 @@ ThdResult run_rope_at(const std::vector<std::int32_t>& storage, std::size_t offs
   c.args.nope_dim = kNope;
   c.args.emb_dim = kEmb;
   c.args.rotation.in_layout = c.args.rotation.out_layout = PairLayout::half;
-  c.args.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {rows * cp_size, kEmb});
-  c.args.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {rows * cp_size, kEmb});
+  c.args.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {table_rows, kEmb});
+  c.args.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {table_rows, kEmb});
   c.args.positions.layout = TokenLayout::thd;
   c.args.positions.freq_mode = FreqMode::packed;
   c.args.positions.cp_size = cp_size;
@@ -148,24 +151,30 @@ TEST(ThdGate, SequencesLongerThanTheRowsPassEveryRowThrough) {
 }
 
 // The total-length rule takes cu[0] and cu[N] from the checking threads whose share loaded
-// them, whether a lone sequence or a group of four holds each end: sequences one row longer
-// than the call close the gate for every layout of the gate's reads.
+// them, whether a lone sequence or a group of four holds each end, and from a first entry of
+// 0 or not: sequences one row longer than the call close the gate for every layout of the
+// gate's reads, sequences that fill it exactly do not. Without sequences every row is padding
+// (and the rule reads nothing the block has not written).
 TEST(ThdGate, TheTotalLengthRuleSeesBothEndsOfEveryLayoutOfTheReads) {
-  for (const std::int64_t n : {1, 2, 5, 23})
-    for (std::size_t offset = 0; offset < 4; ++offset) {
-      std::vector<std::int32_t> storage(offset, 0);
-      const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
-      storage.insert(storage.end(), cu.begin(), cu.end());
-      SCOPED_TRACE(std::to_string(n) + " sequences, offset " + std::to_string(offset));
-      if (n > 1) {
-        const ThdResult longer = run_rope_at(storage, offset, n - 1, true);
-        EXPECT_EQ(longer.status, kStatusBadCuSeqlens);
-        EXPECT_EQ(rows_passed_through(longer, n - 1), n - 1);
+  for (const std::int32_t first : {0, 5})
+    for (const std::int64_t n : {0, 1, 2, 5, 23})
+      for (std::size_t offset = 0; offset < 4; ++offset) {
+        std::vector<std::int32_t> storage(offset, 0);
+        for (const std::int32_t entry : uniform_cu_seqlens(n, 1)) storage.push_back(first + entry);
+        SCOPED_TRACE(std::to_string(n) + " sequences from " + std::to_string(first) + ", offset " +
+                     std::to_string(offset));
+        if (n > 1) {
+          const ThdResult longer = run_rope_at(storage, offset, n - 1, true);
+          EXPECT_EQ(longer.status, kStatusBadCuSeqlens);
+          EXPECT_EQ(rows_passed_through(longer, n - 1), n - 1);
+        }
+        const std::int64_t rows = n > 0 ? n : 3;
+        const ThdResult fits = run_rope_at(storage, offset, rows, true);
+        EXPECT_EQ(fits.status, kStatusOk);
+        EXPECT_EQ(rows_passed_through(fits, rows), n > 0 ? 0 : rows);
+        ASSERT_EQ(fits.launches.size(), 1u);
+        EXPECT_EQ(fits.launches[0].errors, 0);
       }
-      const ThdResult fits = run_rope_at(storage, offset, n, true);
-      EXPECT_EQ(fits.status, kStatusOk);
-      EXPECT_EQ(rows_passed_through(fits, n), 0);
-    }
 }
 
 // A block's index round trips: one for the gate (the total-length rule reads no entry of its
