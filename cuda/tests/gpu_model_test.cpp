@@ -202,6 +202,20 @@ kernels::gpu_model::LaunchStats one_thread(const detail::Footprint& footprint, f
   return recorder.stats();
 }
 
+// The findings of `body` run as one_thread, one a line ("" for none); the launch's error
+// count must be their number.
+template <class Body>
+std::string one_thread_findings(const detail::Footprint& footprint, float* shared,
+                                std::size_t shared_bytes, Body body) {
+  std::vector<std::string> findings;
+  const kernels::gpu_model::LaunchStats stats =
+      one_thread(footprint, shared, shared_bytes, body, &findings);
+  EXPECT_EQ(stats.errors, static_cast<std::int64_t>(findings.size()));
+  std::string all;
+  for (const std::string& f : findings) all += f + "\n";
+  return all;
+}
+
 // An asynchronous copy to shared memory holds no register, so a thread's copies and its loads
 // are one batch until its wait for the copies (which ends the batch, as a store would); the
 // copied bytes land at that wait, not before (the model delays them, as a GPU may).
@@ -251,14 +265,8 @@ TEST(GpuModelDetectors, AsyncCopiesAreWaitedForBeforeTheirBytesAreTouched) {
   footprint.add("in", contiguous_view<const void>(input, DType::f32, {8}), detail::RegionUse::read);
   footprint.add("out", contiguous_view<void>(output, DType::f32, {4}), detail::RegionUse::write);
   const auto findings_of = [&](auto body) {
-    std::vector<std::string> findings;
     std::memset(shared, 0, sizeof shared);
-    const kernels::gpu_model::LaunchStats stats =
-        one_thread(footprint, shared, sizeof shared, body, &findings);
-    EXPECT_EQ(stats.errors, static_cast<std::int64_t>(findings.size()));
-    std::string all;
-    for (const std::string& f : findings) all += f + "\n";
-    return all;
+    return one_thread_findings(footprint, shared, sizeof shared, body);
   };
   const std::string early = findings_of([&] {
     kernels::async_copy_to_shared<16>(shared, input);
@@ -311,13 +319,7 @@ TEST(GpuModelDetectors, SharedLoadsOfBytesTheBlockHasNotWrittenAreFound) {
   footprint.add("out", contiguous_view<void>(output, DType::f32, {2}), detail::RegionUse::write);
   const std::string unwritten = "shared load of bytes no thread of this block has written";
   const auto findings_of = [&](auto body) {
-    std::vector<std::string> findings;
-    const kernels::gpu_model::LaunchStats stats =
-        one_thread(footprint, shared, sizeof shared, body, &findings);
-    EXPECT_EQ(stats.errors, static_cast<std::int64_t>(findings.size()));
-    std::string all;
-    for (const std::string& f : findings) all += f + "\n";
-    return all;
+    return one_thread_findings(footprint, shared, sizeof shared, body);
   };
   const std::string never =
       findings_of([&] { kernels::global_store(output, kernels::shared_load(shared + 1)); });
