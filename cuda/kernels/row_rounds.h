@@ -28,7 +28,7 @@ struct RowRounds {
   using Args = typename Work::Args;
   struct Shared {
     typename Work::Shared work;
-    GateSlots gate;         ///< check_sequences' bits and the ends of cu_seqlens
+    GateSlots gate;         ///< check_sequences' bits, the ends of cu_seqlens, its copy
     std::int64_t freq_row;  ///< the round's row plan, made by thread 0
     std::int32_t rotate;
     std::int32_t closed;  ///< the gate's verdict, by thread 0 in round 0
@@ -59,9 +59,10 @@ struct RowRounds {
     const PositionArgs& p = a.positions;
     if (round == 0)
       shared_store(&s.closed, p.layout == TokenLayout::thd && gate_closed(p, g, s.gate) ? 1 : 0);
-    const RowPlan plan = shared_load(&s.closed) != 0
-                             ? RowPlan{}
-                             : plan_row(p, Work::row_of(a, g, round), Work::reports(a, g, round));
+    const RowPlan plan =
+        shared_load(&s.closed) != 0
+            ? RowPlan{}
+            : plan_row(p, Work::row_of(a, g, round), Work::reports(a, g, round), &s.gate.cu);
     shared_store(&s.freq_row, plan.freq_row);
     shared_store(&s.rotate, plan.rotate ? 1 : 0);
   }
@@ -107,7 +108,7 @@ struct PlannedRounds {
   using Plans = RoundPlans<Work::kMaxRoundRows>;
   struct Shared {
     typename Work::Shared work;
-    GateSlots gate;  ///< check_sequences' bits and the ends of cu_seqlens
+    GateSlots gate;  ///< check_sequences' bits, the ends of cu_seqlens, its copy
     RoundPlanSlots<Work::kMaxRoundRows> plans[2];  ///< of rounds r and r + 1, by parity
     std::int32_t closed;                           ///< the gate's verdict, by thread 0
   };
@@ -146,7 +147,7 @@ struct PlannedRounds {
     for (std::int64_t k = g.thread; k < rows.count; k += g.num_threads) {
       const RowPlan plan = shared_load(&s.closed) != 0
                                ? RowPlan{}
-                               : plan_row(a.positions, rows.first + k, rows.reports);
+                               : plan_row(a.positions, rows.first + k, rows.reports, &s.gate.cu);
       shared_store(&slots.freq_row[k], plan.freq_row);
       shared_store(&slots.rotate[k], plan.rotate ? 1 : 0);
     }

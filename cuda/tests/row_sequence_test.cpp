@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The sequence of a THD row (kernels/freq_row.h find_sequence) against a scan of cu_seqlens,
-// on random arrays with empty sequences, a nonzero first entry, CP and padding rows; and the
-// round trips its search waits for under the GPU model (steps of kSearchProbes entries each).
+// on random arrays with empty sequences, a nonzero first entry, CP and padding rows, searched
+// in the array and in the copy a block keeps in shared memory; and the round trips its search
+// waits for under the GPU model (steps of kSearchProbes entries each).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -33,28 +34,44 @@ std::int64_t scanned_sequence(const std::vector<std::int32_t>& cu, std::int64_t 
   return found;
 }
 
+// The copy of cu_seqlens a block's gate leaves in shared memory (N <= kSharedSequences); the
+// entries past cu[N] hold 0, which a search reading them would take for a sequence start.
+SharedCuSeqlens shared_copy(const std::vector<std::int32_t>& cu) {
+  SharedCuSeqlens copy{};
+  for (std::size_t i = 0; i < cu.size(); ++i) copy.entry[i] = cu[i];
+  return copy;
+}
+
 TEST(FindSequence, EqualsAScanOfEveryEntryOnEveryRow) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 300; ++trial) {
     const std::int64_t cp_size = std::int64_t{1} << (trial % 3);  // 1, 2, 4
-    const int n = trial < 20 ? trial : static_cast<int>(rng() % 700);
+    // Half the trials at most kSharedSequences sequences: searched in the copy too.
+    const int n = trial < 20       ? trial
+                  : trial % 2 == 0 ? static_cast<int>(rng() % 700)
+                                   : static_cast<int>(rng() % (kSharedSequences + 1));
     std::vector<std::int32_t> cu = {static_cast<std::int32_t>(rng() % 50)};
     for (int i = 0; i < n; ++i) {  // lengths of 0 .. 9 local rows, some sequences empty
       const auto local = static_cast<std::int32_t>(rng() % 10);
       cu.push_back(cu.back() + local * 2 * static_cast<std::int32_t>(cp_size));
     }
     const PositionArgs p = thd_positions(cu, cp_size);
+    const SharedCuSeqlens copy = n <= kSharedSequences ? shared_copy(cu) : SharedCuSeqlens{};
     const std::int64_t rows = (cu.back() - cu.front()) / cp_size + 3;  // 3 padding rows
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const RowSequence s = find_sequence(p, r);
-      const std::int64_t want = scanned_sequence(cu, r, cp_size);
-      ASSERT_EQ(s.index, want) << "trial " << trial << " N " << n << " row " << r;
-      if (want < n) {
-        ASSERT_EQ(s.first, cu[0]) << "row " << r;
-        ASSERT_EQ(s.start, cu[static_cast<std::size_t>(want)]) << "row " << r;
-        ASSERT_EQ(s.end, cu[static_cast<std::size_t>(want) + 1]) << "row " << r;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (const SharedCuSeqlens* shared_cu :
+           {static_cast<const SharedCuSeqlens*>(nullptr), &copy}) {
+        if (shared_cu != nullptr && n > kSharedSequences) continue;
+        const RowSequence s = find_sequence(p, r, shared_cu);
+        const std::int64_t want = scanned_sequence(cu, r, cp_size);
+        ASSERT_EQ(s.index, want) << "trial " << trial << " N " << n << " row " << r
+                                 << (shared_cu != nullptr ? " in the copy" : "");
+        if (want < n) {
+          ASSERT_EQ(s.first, cu[0]) << "row " << r;
+          ASSERT_EQ(s.start, cu[static_cast<std::size_t>(want)]) << "row " << r;
+          ASSERT_EQ(s.end, cu[static_cast<std::size_t>(want) + 1]) << "row " << r;
+        }
       }
-    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/freq_row.h"
 #include "launch/launch_builder.h"
 #include "launch/stream_impl.h"
 #include "mlarope/backend.h"
@@ -178,15 +179,29 @@ TEST(ThdGate, TheTotalLengthRuleSeesBothEndsOfEveryLayoutOfTheReads) {
 }
 
 // A block's index round trips: one for the gate (the total-length rule reads no entry of its
-// own) and one a row for its plan (up to 8 entries: one step of the search, whose last probes
-// hold the sequence's start and end).
-TEST(ThdGate, ABlockWaitsForTheGateOnceAndForEachRowsSearchOnce) {
-  const ThdResult r = run_rope(uniform_cu_seqlens(3, 2), 6, 1, true);
+// own), and none for its rows' plans up to kSharedSequences sequences (the gate's threads leave
+// cu_seqlens in shared memory, where the searches run); with one sequence more, each row's
+// search loads its entries: 65 candidates, 2 or 3 steps of 8 (the last steps' probes hold the
+// sequence's start and end).
+TEST(ThdGate, ABlockWaitsForTheGateOnceAndForItsRowsSearchesOnlyAboveTheSharedCopy) {
+  for (const std::int64_t n : {std::int64_t{3}, std::int64_t{kernels::kSharedSequences}}) {
+    const ThdResult r = run_rope(uniform_cu_seqlens(n, 2), 2 * n, 1, true);
+    ASSERT_EQ(r.launches.size(), 1u);
+    const ModelLaunchStats& m = r.launches[0];
+    EXPECT_EQ(r.status, kStatusOk);
+    EXPECT_EQ(rows_passed_through(r, 2 * n), 0);
+    EXPECT_GT(m.blocks_run, 0);
+    EXPECT_EQ(m.index_round_trips, m.blocks_run)
+        << m.blocks_run << " blocks, " << n << " sequences";
+  }
+  const std::int64_t n = kernels::kSharedSequences + 1, rows = n;
+  const ThdResult r = run_rope(uniform_cu_seqlens(n, 1), rows, 1, true);
   ASSERT_EQ(r.launches.size(), 1u);
   const ModelLaunchStats& m = r.launches[0];
   EXPECT_EQ(r.status, kStatusOk);
-  EXPECT_GT(m.blocks_run, 0);
-  EXPECT_EQ(m.index_round_trips, m.blocks_run + 6) << m.blocks_run << " blocks for 6 rows";
+  EXPECT_EQ(rows_passed_through(r, rows), 0);
+  EXPECT_GE(m.index_round_trips, m.blocks_run + 2 * rows) << m.blocks_run << " blocks";
+  EXPECT_LE(m.index_round_trips, m.blocks_run + 3 * rows) << m.blocks_run << " blocks";
 }
 
 TEST(ThdGate, GridsStopAtMaxThdBlocksAndBlocksTakeSeveralRows) {
