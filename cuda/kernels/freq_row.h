@@ -139,7 +139,7 @@ struct SharedEntries {
                                             int probes) const {
     MLAROPE_UNROLL
     for (int k = 0; k < kSearchProbes; ++k)
-      if (k < probes) entry[k] = shared_load(shared_cu->entry + at[k]);
+      if (k < probes) entry[k] = shared_load(&shared_cu->entry[at[k]]);
   }
 };
 
@@ -214,11 +214,14 @@ inline constexpr int kGateSlots = 128;
 /// and cu[N] for gate_closed, and the copy of cu_seqlens for the rows' plans (N <=
 /// kSharedSequences), all stored by the threads whose share loaded them, so that the
 /// total-length rule needs no load (and no round trip) of its own and a search none at all.
+/// The copy comes before the ends: the GPU model's bounds are those of the block's whole shared
+/// memory, and an entry stored past the copy lands on cu[0], which another thread stores in the
+/// same phase (a race the model reports).
 struct GateSlots {
   DeviceStatus bits[kGateSlots];
+  SharedCuSeqlens cu;  ///< where 0 < N <= kSharedSequences
   std::int32_t first;  ///< cu[0] (where N > 0)
   std::int32_t last;   ///< cu[N] (where N > 0)
-  SharedCuSeqlens cu;  ///< where 0 < N <= kSharedSequences
 };
 
 /// Status bits of a sequence of `length` (global) rows under the per-sequence rules: a
@@ -246,7 +249,7 @@ MLAROPE_HD MLAROPE_INLINE void share_entries(const PositionArgs& p, SharedCuSeql
   const int owned = i + K - 1 == p.num_sequences ? K : K - 1;
   MLAROPE_UNROLL
   for (int k = 0; k < K; ++k)
-    if (k < owned) shared_store(shared_cu->entry + i + k, entry[k]);
+    if (k < owned) shared_store(&shared_cu->entry[i + k], entry[k]);
 }
 
 /// Sequence i.
