@@ -13,9 +13,8 @@ build_dir=${BUILD_DIR:-build}
 # later `ninja -C BUILD_DIR` uses the same settings.
 launcher=()
 if [ "${MLAROPE_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
-  cc=(env "CCACHE_BASEDIR=$PWD" ccache)
-  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=$(IFS=';'; echo "${cc[*]}")"
-            "-DCMAKE_CUDA_COMPILER_LAUNCHER=$(IFS=';'; echo "${cc[*]}")")
+  cc="env;CCACHE_BASEDIR=$PWD;ccache"  # a CMake list: the command and its arguments
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=$cc" "-DCMAKE_CUDA_COMPILER_LAUNCHER=$cc")
 fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} "${launcher[@]}" "$@" >"$build_dir.configure.log" 2>&1 ||
   { cat "$build_dir.configure.log"; exit 1; }
