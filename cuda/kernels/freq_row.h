@@ -157,15 +157,12 @@ MLAROPE_HD MLAROPE_INLINE RowSequence find_sequence(const PositionArgs& p, std::
                                                     const SharedCuSeqlens* shared_cu = nullptr) {
   const std::int64_t global_row = r * p.cp_size;
   const std::int64_t n = p.num_sequences;
-  SearchSpan<std::int64_t> s{0, n};
   if (shared_cu != nullptr && n <= kSharedSequences) {
-    SearchSpan<int> in_shared{0, static_cast<int>(n)};
-    search_steps(SharedEntries{shared_cu}, global_row, in_shared);
-    s.lo = s.hi = in_shared.lo;
-    s.first = in_shared.first;
-    s.at_lo = in_shared.at_lo;
-    s.above_hi = in_shared.above_hi;
+    SearchSpan<int> s{0, static_cast<int>(n)};
+    search_steps(SharedEntries{shared_cu}, global_row, s);
+    return RowSequence{s.lo, s.first, s.at_lo, s.above_hi};
   }
+  SearchSpan<std::int64_t> s{0, n};
   search_steps(CuSeqlensEntries{p.cu_seqlens}, global_row, s);
   return RowSequence{s.lo, s.first, s.at_lo, s.above_hi};
 }
