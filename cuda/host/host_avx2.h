@@ -6,6 +6,7 @@
 #pragma once
 
 #include "kernels/host_simd.h"
+#include "kernels/host_slice_rotation.h"
 
 #if defined(MLAROPE_HOST_SSE2) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MLAROPE_HOST_AVX2 1
@@ -38,10 +39,96 @@ MLAROPE_AVX2_FUNCTION inline __m256i float_to_bf16x8_lanes(__m256 f) {
   return _mm256_srai_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
 }
 
+/// 8 floats, none NaN -> bf16 bits rounded to nearest even, in the high half of each 32-bit lane
+/// (the low half is left over from the rounding).
+MLAROPE_AVX2_FUNCTION inline __m256i round_to_bf16_high(__m256 f) {
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb);
+}
+
+/// The kMlaHalfDim pairs of a bf16 slice at `p` in `layout` as floats, 8 pairs a register.
+MLAROPE_AVX2_FUNCTION inline void load_bf16_slice(const void* p, PairLayout layout, __m256* u,
+                                                  __m256* v) {
+  constexpr std::int64_t kSteps = kernels::kMlaHalfDim / 8;
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  if (layout == PairLayout::interleaved) {
+    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    for (std::int64_t j = 0; j < kSteps; ++j) {  // a pair is a 32-bit word, u in its low half
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + 32 * j));
+      u[j] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+      v[j] = _mm256_castsi256_ps(_mm256_and_si256(w, high));
+    }
+    return;
+  }
+  for (std::int64_t j = 0; j < kSteps; ++j) {  // u's run, then v's
+    const __m128i xu = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16 * j));
+    const __m128i xv = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(bytes + 2 * kernels::kMlaHalfDim + 16 * j));
+    u[j] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(xu), 16));
+    v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(xv), 16));
+  }
+}
+
+/// Store the kMlaHalfDim pairs (u, v: 8 a register, none NaN) as bf16 at `p` in `layout`.
+MLAROPE_AVX2_FUNCTION inline void store_bf16_slice(const __m256* u, const __m256* v,
+                                                   PairLayout layout, void* p) {
+  constexpr std::int64_t kSteps = kernels::kMlaHalfDim / 8;
+  auto* bytes = static_cast<unsigned char*>(p);
+  if (layout == PairLayout::interleaved) {
+    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    for (std::int64_t j = 0; j < kSteps;
+         ++j) {  // u's bits in the low half of each word, v's the high
+      const __m256i w = _mm256_or_si256(_mm256_srli_epi32(round_to_bf16_high(u[j]), 16),
+                                        _mm256_and_si256(round_to_bf16_high(v[j]), high));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + 32 * j), w);
+    }
+    return;
+  }
+  // Two registers of a run make 16 bf16: packed in each 128-bit half, then the halves' 64-bit
+  // quarters put back in order.
+  const __m256* runs[2] = {u, v};
+  for (std::int64_t r = 0; r < 2; ++r)
+    for (std::int64_t j = 0; j < kSteps; j += 2) {
+      const __m256i lo = _mm256_srli_epi32(round_to_bf16_high(runs[r][j]), 16);
+      const __m256i hi = _mm256_srli_epi32(round_to_bf16_high(runs[r][j + 1]), 16);
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + r * 2 * kernels::kMlaHalfDim + 16 * j),
+                          packed);
+    }
+}
+
 /// kernels::host_simd::Sse2Runs' forms 8 pairs or elements a step, compiled for AVX2: for code
 /// compiled for AVX2 (host_kernels.cpp), taken where host_has_avx2().
 struct Avx2Runs {
   static constexpr std::int64_t kPairStep = 8, kRunStep = 8;
+  static constexpr std::int64_t kRegisterSlicePairs = kernels::kMlaHalfDim;
+
+  /// Rotate one bf16 slice of kRegisterSlicePairs pairs from `in` (in `read`) into `out` (in
+  /// `write`; may be `in`) in registers: the whole slice read, its pairs rotated, then stored,
+  /// with no pass through memory between. The values of read_slice, rotate_slice and
+  /// write_slice, bit for bit (the same products and sums, the same rounding), but for a NaN
+  /// result, whose quieting it leaves to them: false, and nothing stored, where any result is NaN.
+  MLAROPE_AVX2_FUNCTION static bool rotate_bf16_slice(const kernels::HostRowCoefficients& k,
+                                                      const void* in, PairLayout read, void* out,
+                                                      PairLayout write) {
+    constexpr std::int64_t kSteps = kRegisterSlicePairs / 8;  // 8 pairs a register
+    __m256 u[kSteps], v[kSteps];
+    load_bf16_slice(in, read, u, v);
+    __m256 nan = _mm256_setzero_ps();
+    for (std::int64_t j = 0; j < kSteps; ++j) {
+      const __m256 ru = _mm256_add_ps(_mm256_mul_ps(u[j], _mm256_loadu_ps(k.cos_u + 8 * j)),
+                                      _mm256_mul_ps(v[j], _mm256_loadu_ps(k.p + 8 * j)));
+      const __m256 rv = _mm256_add_ps(_mm256_mul_ps(v[j], _mm256_loadu_ps(k.cos_v + 8 * j)),
+                                      _mm256_mul_ps(u[j], _mm256_loadu_ps(k.q + 8 * j)));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(ru, rv, _CMP_UNORD_Q));
+      u[j] = ru;
+      v[j] = rv;
+    }
+    if (!_mm256_testz_ps(nan, nan)) return false;
+    store_bf16_slice(u, v, write, out);
+    return true;
+  }
 
   MLAROPE_AVX2_FUNCTION static void bf16_pairs_to_floats(const void* p, std::int64_t n, float* u,
                                                          float* v) {

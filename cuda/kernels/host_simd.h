@@ -74,6 +74,7 @@ inline void store_half(void* p_u, void* p_v, const float* u, const float* v) {
 /// of elements 8 a step; the caller converts what is left of a run past its last whole step.
 struct Sse2Runs {
   static constexpr std::int64_t kPairStep = 4, kRunStep = 8;
+  static constexpr std::int64_t kRegisterSlicePairs = 0;  // no slice in registers
 
   /// Pairs 0 .. n - 1 (n a multiple of 4) of interleaved bf16 pairs at p: each pair is one 32-bit
   /// word, u in its low half, so u's float is the word shifted up and v's the word's high half.

@@ -22,6 +22,9 @@ namespace mlarope::kernels {
 /// stack).
 inline constexpr std::int64_t kHostRopeMaxEmbDim = 512;
 
+/// The rope slice of every DeepSeek MLA model (qk_rope_head_dim 64): 32 pairs.
+inline constexpr std::int64_t kMlaHalfDim = 32;
+
 /// One table row's coefficients, pair by pair (PairCoefficients as four runs of half_dim).
 struct HostRowCoefficients {
   float cos_u[kHostRopeMaxEmbDim / 2];
@@ -54,7 +57,9 @@ inline void load_row_coefficients(const PairRotation& r, std::int64_t freq_row,
 #if defined(MLAROPE_HOST_SSE2)
 using HostRuns = host_simd::Sse2Runs;
 #else
-struct HostRuns {};
+struct HostRuns {
+  static constexpr std::int64_t kRegisterSlicePairs = 0;
+};
 #endif
 
 /// The pairs of `slice` (half_dim of them, stored in `layout`) as floats.
@@ -130,6 +135,23 @@ MLAROPE_INLINE void write_slice(T* slice, PairLayout layout, std::int64_t half_d
     slice[2 * i] = from_float<T>(x.u[i]);
     slice[2 * i + 1] = from_float<T>(x.v[i]);
   }
+}
+
+/// Rotate the `half_dim` pairs of the slice at `in` into `out` (`in` itself in place): read
+/// whole, rotated, then stored, through `x`. A bf16 slice of Runs::kRegisterSlicePairs pairs
+/// (kHalfDim, a constant) goes through registers instead where the Runs have that form
+/// (Avx2Runs): the same values, but NaN results, which it leaves to the loops.
+template <class Runs, std::int64_t kHalfDim, class T>
+MLAROPE_INLINE void rotate_whole_slice(const HostRowCoefficients& k, const T* in,
+                                       const PairRotation& r, std::int64_t half_dim,
+                                       HostSlicePairs& x, T* out) {
+  if constexpr (std::is_same_v<T, BFloat16> && kHalfDim != 0 &&
+                kHalfDim == Runs::kRegisterSlicePairs) {
+    if (Runs::rotate_bf16_slice(k, in, r.read_layout, out, r.write_layout)) return;
+  }
+  read_slice<Runs>(in, r.read_layout, half_dim, x);
+  rotate_slice(k, half_dim, x);
+  write_slice<Runs>(out, r.write_layout, half_dim, x);
 }
 
 }  // namespace mlarope::kernels

@@ -111,19 +111,13 @@ MLAROPE_INLINE void rope_heads_on_host(const RopeKernelArgs& a, const T* in, T* 
     if (a.in_place && h + kPrefetchHeads < a.heads)
       prefetch_for_write(dst + kPrefetchHeads * a.out.head_stride + a.nope_dim, slice_bytes);
     if (!a.in_place) host_stream_copy(dst, src, nope_bytes);  // the head read in order
-    read_slice<Runs>(src + a.nope_dim, r.read_layout, pairs, x);
-    rotate_slice(k, pairs, x);
-    if (a.in_place) {  // the slice's lines are in cache already: plain stores
-      write_slice<Runs>(dst + a.nope_dim, r.write_layout, pairs, x);
-      continue;
-    }
-    write_slice<Runs>(rotated, r.write_layout, pairs, x);  // out of place: here, then streamed
-    host_stream_copy(dst + a.nope_dim, rotated, slice_bytes);
+    // In place the slice's lines are in cache already: plain stores. Out of place the slice is
+    // written here, then streamed.
+    rotate_whole_slice<Runs, kHalfDim>(k, src + a.nope_dim, r, pairs, x,
+                                       a.in_place ? dst + a.nope_dim : rotated);
+    if (!a.in_place) host_stream_copy(dst + a.nope_dim, rotated, slice_bytes);
   }
 }
-
-/// The rope slice of every DeepSeek MLA model (qk_rope_head_dim 64): 32 pairs.
-inline constexpr std::int64_t kMlaHalfDim = 32;
 
 /// The host's fast mode of every rope body, shaped like the reference: thread 0 of each block
 /// takes the whole row (its heads in memory order) and loads the row's coefficients once; per

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <random>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -22,6 +24,11 @@
 #include "kernels/segment_copy.h"
 #include "kernels/work_division.h"
 #include "launch/footprint.h"
+
+#if defined(MLAROPE_HOST_AVX2)  // GCC or Clang on x86-64: the guard pages' calls
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace mlarope::kernels {
 namespace {
@@ -361,6 +368,130 @@ TEST(HostSlice, ConversionsEqualTheElementCode) {  // SSE2's forms on x86-64
 TEST(HostSlice, Avx2ConversionsEqualTheElementCode) {
   if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
   expect_slice_conversions_equal_the_element_code<host::Avx2Runs>();
+}
+#endif
+
+#if defined(MLAROPE_HOST_AVX2)
+// A coefficient: random bits (overflow, infinities and NaN among them) a quarter of the time,
+// else a bf16 value (8-bit significands, so that products of two land on bf16 rounding ties).
+float rotation_coefficient(std::mt19937& rng) {
+  const std::uint32_t bits = rng();
+  if (bits % 4 == 0) return float_from_bits(rng());
+  return float_from_bits((bits & 0xffff0000u) & 0xbfffffffu);  // exponent at most 2^0
+}
+
+// Avx2Runs' slice in registers against the loops (read_slice, rotate_slice, write_slice in
+// SSE2's forms): every bf16 bit pattern in turn as an element, every pair of layouts, out of
+// place and in place. Where it declines (false) nothing may be stored and a loop result must be
+// NaN; elsewhere every element equal, and nothing past the slice touched. rotate_whole_slice,
+// which falls back to the loops, equals them on every slice.
+TEST(HostSlice, Avx2RegisterSliceEqualsTheLoops) {
+  if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
+  constexpr std::int64_t kHalf = host::Avx2Runs::kRegisterSlicePairs;
+  constexpr std::size_t kElements = 2 * kHalf;
+  const BFloat16 guard = element_of_bits<BFloat16>(0x7fc1u);
+  std::mt19937 rng(13);
+  std::uint32_t next = 0;
+  int declined = 0, taken = 0;
+  for (int round = 0; round < 4096; ++round)
+    for (PairLayout read : {PairLayout::half, PairLayout::interleaved})
+      for (PairLayout write : {PairLayout::half, PairLayout::interleaved}) {
+        HostRowCoefficients k;
+        for (std::int64_t i = 0; i < kHalf; ++i) {
+          k.cos_u[i] = rotation_coefficient(rng), k.cos_v[i] = rotation_coefficient(rng);
+          k.p[i] = rotation_coefficient(rng), k.q[i] = rotation_coefficient(rng);
+        }
+        std::vector<BFloat16> in(kElements + kGuardElements, guard);
+        for (std::size_t e = 0; e < kElements; ++e)
+          in[e] = element_of_bits<BFloat16>(round % 2 == 0 ? next++ & 0xffffu : rng() & 0xbfffu);
+        // The loops' answer.
+        HostSlicePairs x;
+        read_slice<HostRuns>(in.data(), read, kHalf, x);
+        rotate_slice(k, kHalf, x);
+        std::vector<BFloat16> expected(in.size(), guard);
+        write_slice<HostRuns>(expected.data(), write, kHalf, x);
+        const auto is_nan = [](float f) { return std::isnan(f); };
+        const bool any_nan = std::any_of(std::begin(x.u), std::begin(x.u) + kHalf, is_nan) ||
+                             std::any_of(std::begin(x.v), std::begin(x.v) + kHalf, is_nan);
+        for (bool in_place : {false, true}) {
+          std::vector<BFloat16> out = in_place ? in : std::vector<BFloat16>(in.size(), guard);
+          const std::vector<BFloat16> before = out;
+          const bool done = host::Avx2Runs::rotate_bf16_slice(k, in_place ? out.data() : in.data(),
+                                                              read, out.data(), write);
+          for (std::size_t e = 0; e < out.size(); ++e) {
+            const BFloat16 want = done && e < kElements ? expected[e] : before[e];
+            ASSERT_EQ(out[e].bits, want.bits)
+                << "round " << round << ", element " << e << (in_place ? ", in place" : "")
+                << (done ? "" : ", declined") << ", read " << static_cast<int>(read) << ", write "
+                << static_cast<int>(write);
+          }
+          ASSERT_EQ(done, !any_nan) << "round " << round << ": declined without a NaN result";
+          (done ? taken : declined) += 1;
+          // rope_on_host's call: the registers, or the loops where they decline.
+          PairRotation r;
+          r.read_layout = read, r.write_layout = write;
+          std::vector<BFloat16> whole = in_place ? in : std::vector<BFloat16>(in.size(), guard);
+          HostSlicePairs scratch;
+          rotate_whole_slice<host::Avx2Runs, kHalf>(k, in_place ? whole.data() : in.data(), r,
+                                                    kHalf, scratch, whole.data());
+          // A NaN's payload is the compiler's choice where two NaNs meet (it may commute a
+          // product or a sum): NaN for NaN, else the same bits.
+          const auto is_nan_bf16 = [](BFloat16 b) { return (b.bits & 0x7fffu) > 0x7f80u; };
+          for (std::size_t e = 0; e < kElements; ++e) {
+            if (is_nan_bf16(expected[e])) {
+              ASSERT_TRUE(is_nan_bf16(whole[e]))
+                  << "rotate_whole_slice, round " << round << ", element " << e;
+              continue;
+            }
+            ASSERT_EQ(whole[e].bits, expected[e].bits)
+                << "rotate_whole_slice, round " << round << ", element " << e;
+          }
+        }
+      }
+  // Both outcomes were reached.
+  EXPECT_GT(taken, 1000);
+  EXPECT_GT(declined, 100);
+}
+
+// `bytes` bytes that end where an unreadable page begins: a read past them faults.
+class BytesBeforeAGuardPage {
+ public:
+  explicit BytesBeforeAGuardPage(std::size_t bytes)
+      : page_(static_cast<std::size_t>(sysconf(_SC_PAGESIZE))),
+        base_(
+            mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) {
+    if (base_ == MAP_FAILED || mprotect(static_cast<char*>(base_) + page_, page_, PROT_NONE) != 0)
+      throw std::runtime_error("BytesBeforeAGuardPage: mmap or mprotect failed");
+    data_ = static_cast<char*>(base_) + page_ - bytes;
+  }
+  ~BytesBeforeAGuardPage() { munmap(base_, 2 * page_); }
+  BytesBeforeAGuardPage(const BytesBeforeAGuardPage&) = delete;
+  BytesBeforeAGuardPage& operator=(const BytesBeforeAGuardPage&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  std::size_t page_;
+  void* base_;
+  void* data_;
+};
+
+// The slice in registers reads and writes no byte past the slice: each ends at a guard page.
+TEST(HostSlice, Avx2RegisterSliceStaysInsideTheSlice) {
+  if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
+  constexpr std::int64_t kHalf = host::Avx2Runs::kRegisterSlicePairs;
+  constexpr std::size_t kBytes = 2 * kHalf * sizeof(BFloat16);
+  HostRowCoefficients k;
+  std::fill(std::begin(k.cos_u), std::end(k.cos_u), 0.5f);
+  std::fill(std::begin(k.cos_v), std::end(k.cos_v), 0.5f);
+  std::fill(std::begin(k.p), std::end(k.p), 0.25f);
+  std::fill(std::begin(k.q), std::end(k.q), -0.25f);
+  for (PairLayout read : {PairLayout::half, PairLayout::interleaved})
+    for (PairLayout write : {PairLayout::half, PairLayout::interleaved}) {
+      const BytesBeforeAGuardPage in(kBytes), out(kBytes);
+      std::memset(in.data(), 0x3f, kBytes);  // 0x3f3f: about 0.75 in every element
+      ASSERT_TRUE(host::Avx2Runs::rotate_bf16_slice(k, in.data(), read, out.data(), write));
+      ASSERT_TRUE(host::Avx2Runs::rotate_bf16_slice(k, in.data(), read, in.data(), write));
+    }
 }
 #endif
 
