@@ -172,5 +172,85 @@ struct Avx2Runs {
   }
 };
 
+// AVX-512 (F and BW): rotate_bf16_slice 16 pairs a register, where the CPU has it. GCC 12's
+// AVX-512 intrinsics start some results from _mm512_undefined_*, which -Wmaybe-uninitialized
+// takes for a read of an uninitialised value (a false positive): silenced for this code only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define MLAROPE_AVX512_FUNCTION __attribute__((target("avx2,avx512f,avx512bw")))
+
+/// True where rope's fast branch takes Avx512Runs: host_has_avx2() (MLAROPE_HOST_NO_AVX2 turns
+/// both off) and the CPU has AVX-512 F and BW.
+inline bool host_has_avx512() {
+  static const bool has =
+      host_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+
+/// round_to_bf16_high for 16 floats.
+MLAROPE_AVX512_FUNCTION inline __m512i round_to_bf16_high(__m512 f) {
+  const __m512i bits = _mm512_castps_si512(f);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  return _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
+}
+
+/// Avx2Runs with the slice in 512-bit registers: half the instructions a slice.
+struct Avx512Runs : Avx2Runs {
+  /// Avx2Runs::rotate_bf16_slice, 16 pairs a register (the same values).
+  MLAROPE_AVX512_FUNCTION static bool rotate_bf16_slice(const kernels::HostRowCoefficients& k,
+                                                        const void* in, PairLayout read, void* out,
+                                                        PairLayout write) {
+    constexpr std::int64_t kSteps = kRegisterSlicePairs / 16;
+    constexpr std::int64_t kRun = 2 * kRegisterSlicePairs;  // bytes of a half layout's run
+    const auto* from = static_cast<const unsigned char*>(in);
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    __m512 u[kSteps], v[kSteps];
+    for (std::int64_t j = 0; j < kSteps; ++j) {
+      if (read == PairLayout::interleaved) {
+        const __m512i w = _mm512_loadu_si512(from + 64 * j);
+        u[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+        v[j] = _mm512_castsi512_ps(_mm512_and_si512(w, high));
+        continue;
+      }
+      const __m256i xu = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + 32 * j));
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + kRun + 32 * j));
+      u[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(xu), 16));
+      v[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(xv), 16));
+    }
+    __mmask16 nan = 0;
+    for (std::int64_t j = 0; j < kSteps; ++j) {
+      const __m512 ru = _mm512_add_ps(_mm512_mul_ps(u[j], _mm512_loadu_ps(k.cos_u + 16 * j)),
+                                      _mm512_mul_ps(v[j], _mm512_loadu_ps(k.p + 16 * j)));
+      const __m512 rv = _mm512_add_ps(_mm512_mul_ps(v[j], _mm512_loadu_ps(k.cos_v + 16 * j)),
+                                      _mm512_mul_ps(u[j], _mm512_loadu_ps(k.q + 16 * j)));
+      nan = static_cast<__mmask16>(nan | _mm512_cmp_ps_mask(ru, rv, _CMP_UNORD_Q));
+      u[j] = ru;
+      v[j] = rv;
+    }
+    if (nan != 0) return false;
+    auto* to = static_cast<unsigned char*>(out);
+    for (std::int64_t j = 0; j < kSteps; ++j) {
+      const __m512i ru = round_to_bf16_high(u[j]), rv = round_to_bf16_high(v[j]);
+      if (write == PairLayout::interleaved) {
+        _mm512_storeu_si512(to + 64 * j,
+                            _mm512_or_si512(_mm512_srli_epi32(ru, 16), _mm512_and_si512(rv, high)));
+        continue;
+      }
+      // vpmovdw: each lane's low 16 bits, in order.
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + 32 * j),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(ru, 16)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + kRun + 32 * j),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(rv, 16)));
+    }
+    return true;
+  }
+};
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 }  // namespace mlarope::host
 #endif

@@ -27,12 +27,20 @@ MLAROPE_AVX2_FUNCTION __attribute__((flatten)) void rope_on_host_avx2(const Rope
                                                                       const GridCoord& g) {
   rope_on_host<T, Avx2Runs>(a, g);
 }
+
+// The same with AVX-512's slice in registers.
+template <class T>
+MLAROPE_AVX512_FUNCTION __attribute__((flatten)) void rope_on_host_avx512(const RopeKernelArgs& a,
+                                                                          const GridCoord& g) {
+  rope_on_host<T, Avx512Runs>(a, g);
+}
 #endif
 
 // rope's fast branch for this CPU.
 template <class T>
 void (*fast_rope())(const RopeKernelArgs&, const GridCoord&) {
 #if defined(MLAROPE_HOST_AVX2)
+  if (host_has_avx512()) return &rope_on_host_avx512<T>;
   if (host_has_avx2()) return &rope_on_host_avx2<T>;
 #endif
   return &rope_on_host<T>;

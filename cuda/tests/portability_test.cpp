@@ -380,14 +380,14 @@ float rotation_coefficient(std::mt19937& rng) {
   return float_from_bits((bits & 0xffff0000u) & 0xbfffffffu);  // exponent at most 2^0
 }
 
-// Avx2Runs' slice in registers against the loops (read_slice, rotate_slice, write_slice in
-// SSE2's forms): every bf16 bit pattern in turn as an element, every pair of layouts, out of
-// place and in place. Where it declines (false) nothing may be stored and a loop result must be
-// NaN; elsewhere every element equal, and nothing past the slice touched. rotate_whole_slice,
-// which falls back to the loops, equals them on every slice.
-TEST(HostSlice, Avx2RegisterSliceEqualsTheLoops) {
-  if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
-  constexpr std::int64_t kHalf = host::Avx2Runs::kRegisterSlicePairs;
+// A Runs' slice in registers (Avx2Runs, Avx512Runs) against the loops (read_slice, rotate_slice,
+// write_slice in SSE2's forms): every bf16 bit pattern in turn as an element, every pair of
+// layouts, out of place and in place. Where it declines (false) nothing may be stored and a loop
+// result must be NaN; elsewhere every element equal, and nothing past the slice touched.
+// rotate_whole_slice, which falls back to the loops, equals them on every slice.
+template <class Runs>
+void expect_register_slice_equals_the_loops() {
+  constexpr std::int64_t kHalf = Runs::kRegisterSlicePairs;
   constexpr std::size_t kElements = 2 * kHalf;
   const BFloat16 guard = element_of_bits<BFloat16>(0x7fc1u);
   std::mt19937 rng(13);
@@ -416,8 +416,8 @@ TEST(HostSlice, Avx2RegisterSliceEqualsTheLoops) {
         for (bool in_place : {false, true}) {
           std::vector<BFloat16> out = in_place ? in : std::vector<BFloat16>(in.size(), guard);
           const std::vector<BFloat16> before = out;
-          const bool done = host::Avx2Runs::rotate_bf16_slice(k, in_place ? out.data() : in.data(),
-                                                              read, out.data(), write);
+          const bool done = Runs::rotate_bf16_slice(k, in_place ? out.data() : in.data(), read,
+                                                    out.data(), write);
           for (std::size_t e = 0; e < out.size(); ++e) {
             const BFloat16 want = done && e < kElements ? expected[e] : before[e];
             ASSERT_EQ(out[e].bits, want.bits)
@@ -432,8 +432,8 @@ TEST(HostSlice, Avx2RegisterSliceEqualsTheLoops) {
           r.read_layout = read, r.write_layout = write;
           std::vector<BFloat16> whole = in_place ? in : std::vector<BFloat16>(in.size(), guard);
           HostSlicePairs scratch;
-          rotate_whole_slice<host::Avx2Runs, kHalf>(k, in_place ? whole.data() : in.data(), r,
-                                                    kHalf, scratch, whole.data());
+          rotate_whole_slice<Runs, kHalf>(k, in_place ? whole.data() : in.data(), r, kHalf, scratch,
+                                          whole.data());
           // A NaN's payload is the compiler's choice where two NaNs meet (it may commute a
           // product or a sum): NaN for NaN, else the same bits.
           const auto is_nan_bf16 = [](BFloat16 b) { return (b.bits & 0x7fffu) > 0x7f80u; };
@@ -476,9 +476,9 @@ class BytesBeforeAGuardPage {
 };
 
 // The slice in registers reads and writes no byte past the slice: each ends at a guard page.
-TEST(HostSlice, Avx2RegisterSliceStaysInsideTheSlice) {
-  if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
-  constexpr std::int64_t kHalf = host::Avx2Runs::kRegisterSlicePairs;
+template <class Runs>
+void expect_register_slice_stays_inside_the_slice() {
+  constexpr std::int64_t kHalf = Runs::kRegisterSlicePairs;
   constexpr std::size_t kBytes = 2 * kHalf * sizeof(BFloat16);
   HostRowCoefficients k;
   std::fill(std::begin(k.cos_u), std::end(k.cos_u), 0.5f);
@@ -489,9 +489,33 @@ TEST(HostSlice, Avx2RegisterSliceStaysInsideTheSlice) {
     for (PairLayout write : {PairLayout::half, PairLayout::interleaved}) {
       const BytesBeforeAGuardPage in(kBytes), out(kBytes);
       std::memset(in.data(), 0x3f, kBytes);  // 0x3f3f: about 0.75 in every element
-      ASSERT_TRUE(host::Avx2Runs::rotate_bf16_slice(k, in.data(), read, out.data(), write));
-      ASSERT_TRUE(host::Avx2Runs::rotate_bf16_slice(k, in.data(), read, in.data(), write));
+      ASSERT_TRUE(Runs::rotate_bf16_slice(k, in.data(), read, out.data(), write));
+      ASSERT_TRUE(Runs::rotate_bf16_slice(k, in.data(), read, in.data(), write));
     }
+}
+
+TEST(HostSlice, Avx2RegisterSliceEqualsTheLoops) {
+  if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
+  expect_register_slice_equals_the_loops<host::Avx2Runs>();
+}
+
+TEST(HostSlice, Avx2RegisterSliceStaysInsideTheSlice) {
+  if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
+  expect_register_slice_stays_inside_the_slice<host::Avx2Runs>();
+}
+
+bool cpu_has_avx512() {
+  return __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512bw") != 0;
+}
+
+TEST(HostSlice, Avx512RegisterSliceEqualsTheLoops) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F and BW";
+  expect_register_slice_equals_the_loops<host::Avx512Runs>();
+}
+
+TEST(HostSlice, Avx512RegisterSliceStaysInsideTheSlice) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F and BW";
+  expect_register_slice_stays_inside_the_slice<host::Avx512Runs>();
 }
 #endif
 
