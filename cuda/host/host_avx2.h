@@ -77,8 +77,8 @@ MLAROPE_AVX2_FUNCTION inline void store_bf16_slice(const __m256* u, const __m256
   auto* bytes = static_cast<unsigned char*>(p);
   if (layout == PairLayout::interleaved) {
     const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-    for (std::int64_t j = 0; j < kSteps;
-         ++j) {  // u's bits in the low half of each word, v's the high
+    // u's bits in the low half of each word, v's in the high half.
+    for (std::int64_t j = 0; j < kSteps; ++j) {
       const __m256i w = _mm256_or_si256(_mm256_srli_epi32(round_to_bf16_high(u[j]), 16),
                                         _mm256_and_si256(round_to_bf16_high(v[j]), high));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + 32 * j), w);
