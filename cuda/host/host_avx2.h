@@ -182,10 +182,11 @@ struct Avx2Runs {
 #define MLAROPE_AVX512_FUNCTION __attribute__((target("avx2,avx512f,avx512bw")))
 
 /// True where rope's fast branch takes Avx512Runs: host_has_avx2() (MLAROPE_HOST_NO_AVX2 turns
-/// both off) and the CPU has AVX-512 F and BW.
+/// both off), MLAROPE_HOST_NO_AVX512 is not set (set, the branch takes Avx2Runs, as a CPU with
+/// AVX2 alone does), and the CPU has AVX-512 F and BW.
 inline bool host_has_avx512() {
-  static const bool has =
-      host_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool has = host_has_avx2() && std::getenv("MLAROPE_HOST_NO_AVX512") == nullptr &&
+                          __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   return has;
 }
 
