@@ -56,7 +56,7 @@ inline constexpr int kSearchProbes = 8;
 /// searches then run there and wait for no load of cu_seqlens. Above it the searches load
 /// their entries. (A sample of every k-th entry for larger calls would put a variable stride
 /// into the gate's stores, which cost the chunked bodies register spills.)
-inline constexpr int kSharedSequences = 63;
+inline constexpr int kSharedSequences = 255;
 
 /// The copy of cu_seqlens in a block's shared memory, where N <= kSharedSequences.
 struct SharedCuSeqlens {

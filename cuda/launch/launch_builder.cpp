@@ -90,14 +90,19 @@ kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, Sharing sharin
 }
 
 // `grid` with THD's cap on blocks (LaunchProfile::max_thd_blocks, min_thd_blocks): `work`
-// items in each of `rows` rows, `sequences` to check in every block.
+// items in each of `rows` rows, `sequences` to check in every block. Up to
+// kSharedSequences sequences, a block's gate leaves cu_seqlens in its shared memory and its
+// rows' plans wait for no load: a block costs one round trip more than SBHD's, and a grid of
+// a block a row (as SBHD's) beats max_thd_blocks of several rows each.
 kernels::GridShape capped_for_layout(kernels::GridShape grid, TokenLayout layout, std::int64_t rows,
                                      std::int64_t work, std::int64_t sequences,
                                      const LaunchProfile& profile) {
   if (layout != TokenLayout::thd) return grid;
   const std::int64_t items = rows * work;  // at most the call's elements: no overflow
   const std::int64_t by_work = std::max(profile.min_thd_blocks, items / (sequences + 1));
-  grid.blocks = std::max<std::int64_t>(1, std::min({grid.blocks, profile.max_thd_blocks, by_work}));
+  const std::int64_t most =
+      sequences <= kernels::kSharedSequences ? profile.max_blocks : profile.max_thd_blocks;
+  grid.blocks = std::max<std::int64_t>(1, std::min({grid.blocks, most, by_work}));
   return grid;
 }
 

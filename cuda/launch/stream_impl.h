@@ -22,13 +22,14 @@ struct LaunchProfile {
   /// kv_split, kv_split_backward: kernels/segment_copy.h, kRotateBatch, kSumBatch).
   std::int64_t batched_work_per_thread = 1;
   /// Every block of a THD grid checks the call's whole cu_seqlens (kernels/freq_row.h), so its
-  /// blocks are capped: at most max_thd_blocks (4096: more than an H200 holds at once, 132 SMs
-  /// x 16 blocks of 128 threads), and, where the sequences outnumber the call's work, at most
-  /// as many as keep the check's reads (blocks x sequences) within the call's work items
-  /// (rows x work), though never under min_thd_blocks (a wave of an H200: 132 SMs x 16). The
-  /// timing model weighed it on 70,000 sequences of 2 rows (rope, one head, emb_dim 4, f32):
-  /// 4096 blocks 1.14 ms, 2112 0.91 ms, 1056 1.6 ms, 264 5.8 ms (a block's rows run one after
-  /// another); the GPU model's time falls with the blocks.
+  /// blocks are capped: above kernels::kSharedSequences sequences (whose rows' plans search
+  /// cu_seqlens; up to it, a block a row) at most max_thd_blocks (4096: more than an H200 holds
+  /// at once, 132 SMs x 16 blocks of 128 threads), and, where the sequences outnumber the
+  /// call's work, at most as many as keep the check's reads (blocks x sequences) within the
+  /// call's work items (rows x work), though never under min_thd_blocks (a wave of an H200: 132
+  /// SMs x 16). The timing model weighed it on 70,000 sequences of 2 rows (rope, one head,
+  /// emb_dim 4, f32): 4096 blocks 1.14 ms, 2112 0.91 ms, 1056 1.6 ms, 264 5.8 ms (a block's
+  /// rows run one after another); the GPU model's time falls with the blocks.
   std::int64_t max_thd_blocks = 4096;
   std::int64_t min_thd_blocks = 2112;
 };

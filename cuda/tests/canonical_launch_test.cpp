@@ -160,10 +160,10 @@ const std::vector<Canonical>& canonical_calls() {
        kI, kH, 0, "staged_vector", 1, 128, 2048, 1.0},
       {"small rope_inplace thd bf16", Call::rope_inplace, DType::bf16, TokenLayout::thd, 8, 16, 128,
        64, kI, kH, 0, "staged_vector", 1, 128, 1024, 0.98},
-      // One small head: 8 chunks (f32 emb 8: 2), one warp; THD stops at 4096 blocks, any layout at
-      // 2^20.
-      {"rope thd bf16 past the THD block cap", Call::rope, DType::bf16, TokenLayout::thd, 5000, 1,
-       0, 64, kI, kH, 0, "chunked_vector", 4096, 32, 8, 0.73},
+      // One small head: 8 chunks (f32 emb 8: 2), one warp; THD of few sequences (their copy in
+      // each block's shared memory) a block a row past max_thd_blocks, any layout stops at 2^20.
+      {"rope thd bf16 few sequences past 4096 rows", Call::rope, DType::bf16, TokenLayout::thd,
+       5000, 1, 0, 64, kI, kH, 0, "chunked_vector", 5000, 32, 8, 0.73},
       {"rope sbhd f32 past the block cap", Call::rope, DType::f32, TokenLayout::sbhd, (1 << 20) + 6,
        1, 0, 8, kH, kH, 0, "chunked_vector", 1 << 20, 32, 2, 0.0},
       // YaRN tables: one block per row, a thread per pair.

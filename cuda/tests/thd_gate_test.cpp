@@ -3,10 +3,12 @@
 // cu_seqlens before it writes, so a bad sequence anywhere in the array (before, at and past
 // the block's checking threads, the last one included) passes every row through and sets the
 // status bits, in the host's fast mode and under the GPU model (the device code path). A THD
-// grid stops at LaunchProfile::max_thd_blocks, its blocks taking several rows each, and at
-// fewer (not under min_thd_blocks) where the sequences outnumber the call's work.
+// grid of more than kSharedSequences sequences stops at LaunchProfile::max_thd_blocks, its
+// blocks taking several rows each, and at fewer (not under min_thd_blocks) where the sequences
+// outnumber the call's work; of fewer, it takes a block a row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -178,43 +180,86 @@ TEST(ThdGate, TheTotalLengthRuleSeesBothEndsOfEveryLayoutOfTheReads) {
       }
 }
 
-// A block's index round trips: one for the gate (the total-length rule reads no entry of its
-// own), and none for its rows' plans up to kSharedSequences sequences (the gate's threads leave
+// The gate's round trips a block: its checking threads take the units of
+// kernels::check_sequences (the sequences before cu + head, aligned to 16 bytes, and after the
+// last whole group of four one at a time, the groups four at a time), one unit a round trip each.
+std::int64_t gate_round_trips(const std::vector<std::int32_t>& cu, int threads) {
+  const std::int64_t n = static_cast<std::int64_t>(cu.size()) - 1;
+  const auto address = reinterpret_cast<std::uintptr_t>(cu.data());
+  const std::int64_t head = std::min<std::int64_t>(n, (16 - address % 16) % 16 / 4);
+  const std::int64_t units = n - 3 * ((n - head) / 4);
+  const std::int64_t checking = std::min(threads, kernels::kGateSlots);
+  return (units + checking - 1) / checking;
+}
+
+// A block's index round trips: the gate's (the total-length rule reads no entry of its own),
+// and none for its rows' plans up to kSharedSequences sequences (the gate's threads leave
 // cu_seqlens in shared memory, where the searches run); with one sequence more, each row's
-// search loads its entries: 65 candidates, 2 or 3 steps of 8 (the last steps' probes hold the
-// sequence's start and end).
+// search loads its entries: kSharedSequences + 2 candidates, 2 or 3 steps of 8 (the last
+// steps' probes hold the sequence's start and end).
 TEST(ThdGate, ABlockWaitsForTheGateOnceAndForItsRowsSearchesOnlyAboveTheSharedCopy) {
   for (const std::int64_t n : {std::int64_t{3}, std::int64_t{kernels::kSharedSequences}}) {
-    const ThdResult r = run_rope(uniform_cu_seqlens(n, 2), 2 * n, 1, true);
+    const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 2);
+    const ThdResult r = run_rope(cu, 2 * n, 1, true);
     ASSERT_EQ(r.launches.size(), 1u);
     const ModelLaunchStats& m = r.launches[0];
     EXPECT_EQ(r.status, kStatusOk);
     EXPECT_EQ(rows_passed_through(r, 2 * n), 0);
     EXPECT_GT(m.blocks_run, 0);
-    EXPECT_EQ(m.index_round_trips, m.blocks_run)
+    EXPECT_EQ(m.index_round_trips, m.blocks_run * gate_round_trips(cu, m.threads))
         << m.blocks_run << " blocks, " << n << " sequences";
   }
   const std::int64_t n = kernels::kSharedSequences + 1, rows = n;
-  const ThdResult r = run_rope(uniform_cu_seqlens(n, 1), rows, 1, true);
+  const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
+  const ThdResult r = run_rope(cu, rows, 1, true);
   ASSERT_EQ(r.launches.size(), 1u);
   const ModelLaunchStats& m = r.launches[0];
   EXPECT_EQ(r.status, kStatusOk);
   EXPECT_EQ(rows_passed_through(r, rows), 0);
-  EXPECT_GE(m.index_round_trips, m.blocks_run + 2 * rows) << m.blocks_run << " blocks";
-  EXPECT_LE(m.index_round_trips, m.blocks_run + 3 * rows) << m.blocks_run << " blocks";
+  const std::int64_t gate = m.blocks_run * gate_round_trips(cu, m.threads);
+  EXPECT_GE(m.index_round_trips, gate + 2 * rows) << m.blocks_run << " blocks";
+  EXPECT_LE(m.index_round_trips, gate + 3 * rows) << m.blocks_run << " blocks";
 }
 
-TEST(ThdGate, GridsStopAtMaxThdBlocksAndBlocksTakeSeveralRows) {
-  const std::int64_t rows = 4500;  // in 3 sequences: the gate's reads are few beside the work
+// Up to kSharedSequences sequences a block's gate leaves cu_seqlens in its shared memory and
+// its rows' plans load nothing: a grid of a block a row, past max_thd_blocks.
+TEST(ThdGate, FewSequencesTakeABlockARowPastMaxThdBlocks) {
+  const std::int64_t rows = 4500;  // in 3 sequences
   const detail::LaunchProfile profile = detail::cuda_launch_profile();
   ASSERT_LT(profile.max_thd_blocks, rows);
   const std::vector<std::int32_t> cu = uniform_cu_seqlens(3, 1500);
   const ThdResult model = run_rope(cu, rows, 1, true);
   ASSERT_EQ(model.launches.size(), 1u);
-  EXPECT_EQ(model.launches[0].blocks, profile.max_thd_blocks);
+  EXPECT_EQ(model.launches[0].blocks, rows);
   const ThdResult fast = run_rope(cu, rows, 1, false);
-  EXPECT_EQ(model.out, fast.out) << "rows past the first round of a block";
+  EXPECT_EQ(model.out, fast.out);
   EXPECT_EQ(model.status, kStatusOk);
+}
+
+// Past kSharedSequences each row's plan searches cu_seqlens and the gate's reads grow with the
+// sequences: the grid stops at max_thd_blocks, its blocks taking several rows each (a
+// DeepSeek-V3 row, whose work keeps the gate's reads few; the launch builder alone).
+TEST(ThdGate, ManySequencesStopAtMaxThdBlocks) {
+  const detail::LaunchProfile profile = detail::cuda_launch_profile();
+  const std::int64_t rows = 16384, heads = 128, nope = 128, emb = 64;
+  ASSERT_LT(profile.max_thd_blocks, rows);
+  alignas(16) static std::uint16_t element;  // the builder reads addresses, not elements
+  std::vector<float> table(static_cast<std::size_t>(emb), 0.5f);
+  for (const std::int64_t n :
+       {std::int64_t{kernels::kSharedSequences}, std::int64_t{kernels::kSharedSequences + 1}}) {
+    SCOPED_TRACE(std::to_string(n) + " sequences");
+    const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
+    RopeArgs a;
+    a.nope_dim = nope;
+    a.emb_dim = emb;
+    a.rotation.cos = contiguous_view<const void>(table.data(), DType::f32, {1, emb});
+    a.rotation.sin = contiguous_view<const void>(table.data(), DType::f32, {1, emb});
+    a.positions.layout = TokenLayout::thd;
+    a.positions.cu_seqlens = {cu.data(), IndexType::i32, static_cast<std::int64_t>(cu.size())};
+    const TensorView t = contiguous_view<void>(&element, DType::bf16, {rows, heads, nope + emb});
+    const detail::RopeLaunch l = detail::make_rope_launch(t, t, a, {false, false}, profile);
+    EXPECT_EQ(l.grid.blocks, n <= kernels::kSharedSequences ? rows : profile.max_thd_blocks);
+  }
 }
 
 // Where the sequences outnumber the call's work, the grid keeps the gate's reads (every block
