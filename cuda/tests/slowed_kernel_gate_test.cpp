@@ -7,12 +7,16 @@
 //
 // Three series, the same call through the same code: "base", "again" (base once more: the
 // unchanged tree) and "slowed". Each round measures one sample of each, in a random order,
-// each sample the mean of kCalls calls after the caches were flushed; 9 rounds give 9
-// repetitions a side, as ci/bench-compare.sh measures a change against its base. A sample is
-// the achieved bandwidth (bytes / seconds): the floor fraction divides it by the run's copy
-// bandwidth, a constant that cancels in every ratio the gate computes. The gate compares
-// again with base (must pass) and slowed with base (must be SLOWER); a key found SLOWER is
-// measured again and must repeat, as in the gate.
+// each sample kCalls calls after the caches were flushed; 9 rounds give 9 repetitions a side,
+// as ci/bench-compare.sh measures a change against its base. A sample is a floor fraction: the
+// calls' bandwidth (bytes / seconds) over that of kCalls copies of t timed just before them, as
+// each benchmark process divides by the copy bandwidth it measured itself. On a shared machine
+// the three series slow down and speed up together (other tenants; here by up to 30% over a
+// few rounds); a copy beside each sample cancels that drift, where one bandwidth for the run
+// left it in the samples (the unchanged kernel's interval 15-25% wide, the test failing 3 of
+// 8 runs; with the copy, 8 of 8 passed, 6 at the first attempt: docs/benchmarks.md). The gate
+// compares again with base (must pass) and slowed with base (must be SLOWER); a key found
+// SLOWER is measured again and must repeat, as in the gate.
 //
 // One trial here, with up to kAttempts measurements (a burst of load on a shared machine gets
 // another; a broken gate cannot hide behind them: one that never says SLOWER never fails the
@@ -29,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -57,11 +62,13 @@ const std::string kKey = "rope/host/gate/sbhd/T1024/bf16";
 // Minimum traffic of rope out of place (bench/shapes.cpp's model): read t, write out, read the
 // cos and sin rows (f32).
 constexpr double kBytes = 2.0 * kElements * 2 + kS * kEmb * 2 * 4;
+constexpr double kCopyBytes = 2.0 * kElements * 2;  // a copy of t: read and written
 
 struct Buffers {
   std::vector<std::uint16_t> t, out_base, out_again, out_slow;
   std::vector<float> cos, sin;
-  std::vector<char> flush;  ///< written before each sample: larger than the last-level cache
+  std::vector<std::uint16_t> copy;  ///< the copies' destination
+  std::vector<char> flush;          ///< written before each sample: 96 MiB, more than most LLCs
 };
 
 Buffers make_buffers() {
@@ -83,6 +90,7 @@ Buffers make_buffers() {
       b.sin[s * kEmb + i] = static_cast<float>(std::sin(angle));
     }
   b.flush.assign(std::size_t{96} << 20, 3);
+  b.copy.assign(kElements, 0);
   return b;
 }
 
@@ -97,7 +105,15 @@ RopeCall rope_call(Buffers& b, std::vector<std::uint16_t>& out) {
   return c;  // MLA layouts (interleaved in, half out and table), SBHD, no CP
 }
 
-// The three series of one measurement: bytes per second of each sample.
+// Seconds `f` takes.
+template <class F>
+double seconds_of(const F& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The three series of one measurement: the floor fraction of each sample.
 struct Series {
   std::vector<double> base, again, slowed;
 };
@@ -128,11 +144,13 @@ class Bench {
       std::shuffle(order, order + 3, rng_);
       for (const int k : order) {
         std::fill(b_.flush.begin(), b_.flush.end(), static_cast<char>(round + k));
-        const auto start = std::chrono::steady_clock::now();
-        for (int c = 0; c < kCalls; ++c) call[k]();
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        target[k]->push_back(kBytes * kCalls / seconds);
+        const double copy = seconds_of([&] {
+          for (int c = 0; c < kCalls; ++c) std::memcpy(b_.copy.data(), b_.t.data(), kElements * 2);
+        });
+        const double calls = seconds_of([&] {
+          for (int c = 0; c < kCalls; ++c) call[k]();
+        });
+        target[k]->push_back((kBytes / calls) / (kCopyBytes / copy));
       }
     }
     return s;
