@@ -186,7 +186,8 @@ TEST(ThdGate, TheTotalLengthRuleSeesBothEndsOfEveryLayoutOfTheReads) {
 std::int64_t gate_round_trips(const std::vector<std::int32_t>& cu, int threads) {
   const std::int64_t n = static_cast<std::int64_t>(cu.size()) - 1;
   const auto address = reinterpret_cast<std::uintptr_t>(cu.data());
-  const std::int64_t head = std::min<std::int64_t>(n, (16 - address % 16) % 16 / 4);
+  const auto misaligned = static_cast<std::int64_t>((16 - address % 16) % 16 / 4);
+  const std::int64_t head = std::min(n, misaligned);
   const std::int64_t units = n - 3 * ((n - head) / 4);
   const std::int64_t checking = std::min(threads, kernels::kGateSlots);
   return (units + checking - 1) / checking;
