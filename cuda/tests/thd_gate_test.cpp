@@ -237,30 +237,44 @@ TEST(ThdGate, FewSequencesTakeABlockARowPastMaxThdBlocks) {
   EXPECT_EQ(model.status, kStatusOk);
 }
 
+// Blocks of the grid the launch builder gives out-of-place rope, bf16 [rows, heads, 128 + 64],
+// THD over n sequences (of one row each), under `profile` (the builder reads addresses, not
+// elements).
+std::int64_t thd_grid_blocks(std::int64_t rows, std::int64_t heads, std::int64_t n,
+                             const detail::LaunchProfile& profile) {
+  constexpr std::int64_t nope = 128, emb = 64;
+  alignas(16) static std::uint16_t element;
+  const std::vector<float> table(static_cast<std::size_t>(emb), 0.5f);
+  const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
+  RopeArgs a;
+  a.nope_dim = nope;
+  a.emb_dim = emb;
+  a.rotation.cos = contiguous_view<const void>(table.data(), DType::f32, {1, emb});
+  a.rotation.sin = contiguous_view<const void>(table.data(), DType::f32, {1, emb});
+  a.positions.layout = TokenLayout::thd;
+  a.positions.cu_seqlens = {cu.data(), IndexType::i32, static_cast<std::int64_t>(cu.size())};
+  const TensorView t = contiguous_view<void>(&element, DType::bf16, {rows, heads, nope + emb});
+  return detail::make_rope_launch(t, t, a, {false, false}, profile).grid.blocks;
+}
+
 // Past kSharedSequences each row's plan searches cu_seqlens and the gate's reads grow with the
 // sequences: the grid stops at max_thd_blocks, its blocks taking several rows each (a
-// DeepSeek-V3 row, whose work keeps the gate's reads few; the launch builder alone).
+// DeepSeek-V3 row, whose work keeps the gate's reads few).
 TEST(ThdGate, ManySequencesStopAtMaxThdBlocks) {
   const detail::LaunchProfile profile = detail::cuda_launch_profile();
-  const std::int64_t rows = 16384, heads = 128, nope = 128, emb = 64;
+  const std::int64_t rows = 16384;
   ASSERT_LT(profile.max_thd_blocks, rows);
-  alignas(16) static std::uint16_t element;  // the builder reads addresses, not elements
-  std::vector<float> table(static_cast<std::size_t>(emb), 0.5f);
-  for (const std::int64_t n :
-       {std::int64_t{kernels::kSharedSequences}, std::int64_t{kernels::kSharedSequences + 1}}) {
-    SCOPED_TRACE(std::to_string(n) + " sequences");
-    const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
-    RopeArgs a;
-    a.nope_dim = nope;
-    a.emb_dim = emb;
-    a.rotation.cos = contiguous_view<const void>(table.data(), DType::f32, {1, emb});
-    a.rotation.sin = contiguous_view<const void>(table.data(), DType::f32, {1, emb});
-    a.positions.layout = TokenLayout::thd;
-    a.positions.cu_seqlens = {cu.data(), IndexType::i32, static_cast<std::int64_t>(cu.size())};
-    const TensorView t = contiguous_view<void>(&element, DType::bf16, {rows, heads, nope + emb});
-    const detail::RopeLaunch l = detail::make_rope_launch(t, t, a, {false, false}, profile);
-    EXPECT_EQ(l.grid.blocks, n <= kernels::kSharedSequences ? rows : profile.max_thd_blocks);
-  }
+  EXPECT_EQ(thd_grid_blocks(rows, 128, kernels::kSharedSequences, profile), rows);
+  EXPECT_EQ(thd_grid_blocks(rows, 128, kernels::kSharedSequences + 1, profile),
+            profile.max_thd_blocks);
+}
+
+// However few blocks the sequences' rule allows (a profile without min_thd_blocks, a row's
+// work below its sequences), a grid has a block: its status word still gets the gate's bits.
+TEST(ThdGate, AGridKeepsABlockWhateverTheRuleAllows) {
+  detail::LaunchProfile profile = detail::cuda_launch_profile();
+  profile.min_thd_blocks = 0;
+  EXPECT_EQ(thd_grid_blocks(1, 1, 2 * kernels::kSharedSequences, profile), 1);
 }
 
 // Where the sequences outnumber the call's work, the grid keeps the gate's reads (every block
