@@ -242,18 +242,19 @@ TEST(ThdGate, FewSequencesTakeABlockARowPastMaxThdBlocks) {
 // elements).
 std::int64_t thd_grid_blocks(std::int64_t rows, std::int64_t heads, std::int64_t n,
                              const detail::LaunchProfile& profile) {
-  constexpr std::int64_t nope = 128, emb = 64;
+  constexpr std::int64_t kRopeNope = 128, kRopeEmb = 64;
   alignas(16) static std::uint16_t element;
-  const std::vector<float> table(static_cast<std::size_t>(emb), 0.5f);
+  const std::vector<float> table(static_cast<std::size_t>(kRopeEmb), 0.5f);
   const std::vector<std::int32_t> cu = uniform_cu_seqlens(n, 1);
   RopeArgs a;
-  a.nope_dim = nope;
-  a.emb_dim = emb;
-  a.rotation.cos = contiguous_view<const void>(table.data(), DType::f32, {1, emb});
-  a.rotation.sin = contiguous_view<const void>(table.data(), DType::f32, {1, emb});
+  a.nope_dim = kRopeNope;
+  a.emb_dim = kRopeEmb;
+  a.rotation.cos = contiguous_view<const void>(table.data(), DType::f32, {1, kRopeEmb});
+  a.rotation.sin = contiguous_view<const void>(table.data(), DType::f32, {1, kRopeEmb});
   a.positions.layout = TokenLayout::thd;
   a.positions.cu_seqlens = {cu.data(), IndexType::i32, static_cast<std::int64_t>(cu.size())};
-  const TensorView t = contiguous_view<void>(&element, DType::bf16, {rows, heads, nope + emb});
+  const TensorView t =
+      contiguous_view<void>(&element, DType::bf16, {rows, heads, kRopeNope + kRopeEmb});
   return detail::make_rope_launch(t, t, a, {false, false}, profile).grid.blocks;
 }
 
@@ -274,7 +275,7 @@ TEST(ThdGate, ManySequencesStopAtMaxThdBlocks) {
 TEST(ThdGate, AGridKeepsABlockWhateverTheRuleAllows) {
   detail::LaunchProfile profile = detail::cuda_launch_profile();
   profile.min_thd_blocks = 0;
-  EXPECT_EQ(thd_grid_blocks(1, 1, 2 * kernels::kSharedSequences, profile), 1);
+  EXPECT_EQ(thd_grid_blocks(1, 1, std::int64_t{2} * kernels::kSharedSequences, profile), 1);
 }
 
 // Where the sequences outnumber the call's work, the grid keeps the gate's reads (every block
