@@ -92,8 +92,8 @@ kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, Sharing sharin
 // `grid` with THD's cap on blocks (LaunchProfile::max_thd_blocks, min_thd_blocks): `work`
 // items in each of `rows` rows, `sequences` to check in every block. Up to
 // kSharedSequences sequences, a block's gate leaves cu_seqlens in its shared memory and its
-// rows' plans wait for no load: a block costs one round trip more than SBHD's, and a grid of
-// a block a row (as SBHD's) beats max_thd_blocks of several rows each.
+// rows' plans wait for no load: a block costs the gate's one to three round trips more than
+// SBHD's, and a grid of a block a row (as SBHD's) beats max_thd_blocks of several rows each.
 kernels::GridShape capped_for_layout(kernels::GridShape grid, TokenLayout layout, std::int64_t rows,
                                      std::int64_t work, std::int64_t sequences,
                                      const LaunchProfile& profile) {
