@@ -28,23 +28,22 @@ inline bool host_has_avx2() {
   return has;
 }
 
-/// 8 floats -> bf16 bits as float_to_bf16x4_lanes does 4.
-MLAROPE_AVX2_FUNCTION inline __m256i float_to_bf16x8_lanes(__m256 f) {
-  const __m256i bits = _mm256_castps_si256(f);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb);
-  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
-  const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
-  const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
-  return _mm256_srai_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
-}
-
-/// 8 floats, none NaN -> bf16 bits rounded to nearest even, in the high half of each 32-bit lane
-/// (the low half is left over from the rounding).
+/// 8 floats -> bf16 bits rounded to nearest even, in the high half of each 32-bit lane (the low
+/// half is left over from the rounding); meaningless for a NaN, which the callers take apart.
 MLAROPE_AVX2_FUNCTION inline __m256i round_to_bf16_high(__m256 f) {
   const __m256i bits = _mm256_castps_si256(f);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
   return _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb);
+}
+
+/// 8 floats -> bf16 bits as float_to_bf16x4_lanes does 4.
+MLAROPE_AVX2_FUNCTION inline __m256i float_to_bf16x8_lanes(__m256 f) {
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i rounded = round_to_bf16_high(f);
+  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
+  return _mm256_srai_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
 }
 
 /// The kMlaHalfDim pairs of a bf16 slice at `p` in `layout` as floats, 8 pairs a register.

@@ -140,7 +140,7 @@ MLAROPE_INLINE void write_slice(T* slice, PairLayout layout, std::int64_t half_d
 /// Rotate the `half_dim` pairs of the slice at `in` into `out` (`in` itself in place): read
 /// whole, rotated, then stored, through `x`. A bf16 slice of Runs::kRegisterSlicePairs pairs
 /// (kHalfDim, a constant) goes through registers instead where the Runs have that form
-/// (Avx2Runs): the same values, but NaN results, which it leaves to the loops.
+/// (Avx2Runs, Avx512Runs): the same values, but NaN results, which it leaves to the loops.
 template <class Runs, std::int64_t kHalfDim, class T>
 MLAROPE_INLINE void rotate_whole_slice(const HostRowCoefficients& k, const T* in,
                                        const PairRotation& r, std::int64_t half_dim,
