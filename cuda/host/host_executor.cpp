@@ -142,6 +142,15 @@ void HostExecutor::run(GridShape grid, Body body, const void* args) const {
   });
 }
 
+void HostExecutor::run_thread_zero(GridShape grid, Body body, const void* args) const {
+  if (grid.blocks <= 0 || grid.threads <= 0) return;
+  for_each_block(grid, [&](std::int64_t block, bool) {
+    const GridCoord coord{block, grid.blocks, 0, grid.threads};
+    if (observer_) observer_->begin_thread(coord);
+    body(args, coord);
+  });
+}
+
 void HostExecutor::run_phased(GridShape grid, PhaseCount phases, std::size_t shared_bytes,
                               PhasedBody body, const void* args) const {
   if (grid.blocks <= 0 || grid.threads <= 0) return;

@@ -70,6 +70,12 @@ class HostExecutor {
   /// Run body(args, coord) for every block and thread of `grid`; returns when all ran.
   void run(GridShape grid, Body body, const void* args) const;
 
+  /// Run body(args, coord) for thread 0 of every block of `grid` alone (coord.num_threads is
+  /// still grid.threads), blocks in the order and over the workers that run() would take: for
+  /// a body whose other threads return at once (the host's fast branches), where each of
+  /// their calls would cost a call and a draw of the thread order for nothing.
+  void run_thread_zero(GridShape grid, Body body, const void* args) const;
+
   /// A type-erased phased kernel (kernels/portability.h: block barriers and shared memory).
   using PhasedBody = void (*)(const void* args, const GridCoord& coord, std::int64_t phase,
                               void* shared);
@@ -103,22 +109,32 @@ class HostExecutor {
   ThreadObserver* observer_ = nullptr;
 };
 
+/// A typed kernel body bound to its arguments, as HostExecutor::Body's arguments.
+template <class Args>
+struct BoundBody {
+  void (*body)(const Args&, const GridCoord&);
+  const Args* args;
+  static void call(const void* p, const GridCoord& coord) {
+    const BoundBody* b = static_cast<const BoundBody*>(p);
+    b->body(*b->args, coord);
+  }
+};
+
 /// Run a typed kernel body, body(args, coord), on `executor`.
 template <class Args>
 void launch(const HostExecutor& executor, GridShape grid,
             void (*body)(const Args&, const GridCoord&), const Args& args) {
-  struct Bound {
-    void (*body)(const Args&, const GridCoord&);
-    const Args* args;
-  };
-  const Bound bound{body, &args};
-  executor.run(
-      grid,
-      [](const void* p, const GridCoord& coord) {
-        const Bound* b = static_cast<const Bound*>(p);
-        b->body(*b->args, coord);
-      },
-      &bound);
+  const BoundBody<Args> bound{body, &args};
+  executor.run(grid, &BoundBody<Args>::call, &bound);
+}
+
+/// Run a typed kernel body whose threads other than 0 do nothing: thread 0 of each block of
+/// `grid` alone (HostExecutor::run_thread_zero).
+template <class Args>
+void launch_thread_zero(const HostExecutor& executor, GridShape grid,
+                        void (*body)(const Args&, const GridCoord&), const Args& args) {
+  const BoundBody<Args> bound{body, &args};
+  executor.run_thread_zero(grid, &BoundBody<Args>::call, &bound);
 }
 
 /// Run a phased kernel body Body (kernels/portability.h) with arguments `args` on `executor`.

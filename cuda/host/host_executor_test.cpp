@@ -85,10 +85,41 @@ TEST(HostExecutor, LargeGridsShuffleTilesAndRotateThreads) {
   for (const auto& h : hits) ASSERT_EQ(h.load(), 1);
 }
 
+TEST(HostExecutor, RunThreadZeroRunsEachBlocksFirstThreadOnce) {
+  for (int workers : {1, 2, 5}) {
+    const GridShape grid{3000, 13};  // a large grid: tiles of blocks over the workers
+    std::vector<std::atomic<int>> hits(std::size_t{3000} * 13);
+    launch_thread_zero(HostExecutor(7, workers), grid, &count_body, Counts{&hits, 13});
+    for (std::size_t i = 0; i < hits.size(); ++i)
+      ASSERT_EQ(hits[i].load(), i % 13 == 0 ? 1 : 0) << "block " << i / 13 << " thread " << i % 13;
+  }
+}
+
+void record_thread_zero(const Order& o, const GridCoord& g) {
+  o.sequence->push_back(g.block * 1000 + g.num_threads);
+}
+
+TEST(HostExecutor, RunThreadZeroTakesRunsBlockOrderAndGrid) {
+  std::vector<std::int64_t> all, first;
+  launch(HostExecutor(9, 1), GridShape{20, 10}, &record_body, Order{&all});
+  launch_thread_zero(HostExecutor(9, 1), GridShape{20, 10}, &record_thread_zero, Order{&first});
+  std::vector<std::int64_t> blocks_of_all;  // each block's first appearance in run's order
+  for (std::int64_t x : all)
+    if (blocks_of_all.empty() || blocks_of_all.back() != x / 1000)
+      blocks_of_all.push_back(x / 1000);
+  ASSERT_EQ(first.size(), 20u);
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i] / 1000, blocks_of_all[i]);
+    EXPECT_EQ(first[i] % 1000, 10) << "num_threads as the grid's";
+  }
+}
+
 TEST(HostExecutor, EmptyGridRunsNothing) {
   std::vector<std::int64_t> sequence;
   launch(HostExecutor(1, 2), GridShape{0, 4}, &record_body, Order{&sequence});
   launch(HostExecutor(1, 2), GridShape{4, 0}, &record_body, Order{&sequence});
+  launch_thread_zero(HostExecutor(1, 2), GridShape{0, 4}, &record_body, Order{&sequence});
+  launch_thread_zero(HostExecutor(1, 2), GridShape{4, 0}, &record_body, Order{&sequence});
   EXPECT_TRUE(sequence.empty());
 }
 

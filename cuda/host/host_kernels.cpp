@@ -16,7 +16,8 @@ using detail::KvVariant;
 using detail::RopeVariant;
 
 // Each family runs the host's fast branch in fast mode where it covers the call (slices it can
-// hold), else its RowRounds body, with the barriers as phases (always under the GPU model).
+// hold), else its RowRounds body, with the barriers as phases (always under the GPU model). A
+// fast branch works in thread 0 of each block: only that thread is run.
 
 #if defined(MLAROPE_HOST_AVX2)
 // rope's fast branch compiled for AVX2: its loops take 8 lanes a step, its bf16 conversions
@@ -49,7 +50,7 @@ void (*fast_rope())(const RopeKernelArgs&, const GridCoord&) {
 template <class T>
 void run_rope_typed(const HostExecutor& e, const detail::RopeLaunch& l) {
   constexpr int kVector = kVectorPairs<T>;
-  if (rope_runs_on_host(l.args)) return launch(e, l.grid, fast_rope<T>(), l.args);
+  if (rope_runs_on_host(l.args)) return launch_thread_zero(e, l.grid, fast_rope<T>(), l.args);
   switch (l.variant) {
     case RopeVariant::chunked_vector:
       return launch_phased<RowRounds<RopeChunkedRows<T, kVector>>>(e, l.grid, l.args);
@@ -65,14 +66,14 @@ void run_rope_typed(const HostExecutor& e, const detail::RopeLaunch& l) {
 template <class T, int kPairs>
 void run_kv_split_typed(const HostExecutor& e, const detail::KvSplitLaunch& l) {
   if (!MLAROPE_DEVICE_PATHS() && l.args.emb_dim <= kHostKvMaxEmbDim)
-    return launch(e, l.grid, &kv_split_on_host<T>, l.args);
+    return launch_thread_zero(e, l.grid, &kv_split_on_host<T>, l.args);
   launch_phased<RowRounds<KvSplitRows<T, kPairs>>>(e, l.grid, l.args);
 }
 
 template <class T, int kPairs>
 void run_kv_split_backward_typed(const HostExecutor& e, const detail::KvSplitBackwardLaunch& l) {
   if (!MLAROPE_DEVICE_PATHS() && l.args.emb_dim <= kHostKvMaxEmbDim)
-    return launch(e, l.grid, &kv_split_backward_on_host<T, kPairs>, l.args);
+    return launch_thread_zero(e, l.grid, &kv_split_backward_on_host<T, kPairs>, l.args);
   launch_phased<RowRounds<KvSplitBackwardRows<T, kPairs>>>(e, l.grid, l.args);
 }
 

@@ -19,7 +19,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "host/host_executor.h"
 #include "host/host_stream.h"
+#include "kernels/kv_split_kernels.h"
 #include "kernels/rope_kernels.h"
 #include "launch/launch_builder.h"
 #include "launch/stream_impl.h"
@@ -661,6 +663,79 @@ TEST(FastMode, KvShapesGiveTheModelsBits) {
         expect_fast_kv_gives_the_models_bits<std::uint16_t>(DType::f16, heads, emb, in, out);
         expect_fast_kv_gives_the_models_bits<float>(DType::f32, heads, emb, in, out);
       }
+}
+
+// The fast bodies work in thread 0 of each block, and the host runs that thread alone
+// (launch_thread_zero): launched over every thread of their grid instead, the other threads
+// must do nothing. In place, another thread's work would rotate each slice a second time.
+TEST(FastMode, BodiesWorkInThreadZeroAlone) {
+  constexpr std::int64_t S = 3, B = 2, H = 5, N = 6, E = 64, K = 16, V = 8;
+  const host::HostExecutor executor(11, 2);
+  const detail::LaunchProfile profile = detail::cuda_launch_profile();
+  std::vector<float> cos(S * E), sin(S * E);
+  for (std::size_t i = 0; i < cos.size(); ++i)
+    cos[i] = 0.6f + 0.001f * static_cast<float>(i % 97), sin[i] = 0.8f;
+  Rotation rotation;
+  rotation.in_layout = PairLayout::interleaved, rotation.out_layout = PairLayout::half;
+  rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {S, E});
+  rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {S, E});
+  // Each body's outputs, launched over every thread, then over thread 0 alone.
+  auto expect_same = [](const std::vector<float>& every, const std::vector<float>& first,
+                        const char* name) {
+    for (std::size_t e = 0; e < every.size(); ++e)
+      ASSERT_EQ(element_bits(every[e]), element_bits(first[e])) << name << ", element " << e;
+  };
+  {
+    RopeArgs a;
+    a.nope_dim = N, a.emb_dim = E, a.rotation = rotation;
+    std::vector<float> every = random_elements<float>(S * B * H * (N + E), 1), first = every;
+    const auto launch_on = [&](std::vector<float>& t) {
+      const TensorView v = contiguous_view<void>(t.data(), DType::f32, {S, B, H, N + E});
+      return detail::make_rope_launch(v, v, a, {true, false}, profile);
+    };
+    const detail::RopeLaunch l = launch_on(every);
+    ASSERT_GT(l.grid.threads, 1);
+    host::launch(executor, l.grid, &kernels::rope_on_host<float>, l.args);
+    host::launch_thread_zero(executor, l.grid, &kernels::rope_on_host<float>,
+                             launch_on(first).args);
+    expect_same(every, first, "rope_inplace");
+  }
+  KvSplitArgs a;
+  a.k_dim = K, a.v_dim = V, a.emb_dim = E, a.rotation = rotation;
+  const std::vector<float> kv = random_elements<float>(S * B * H * (K + V), 2),
+                           k_pe = random_elements<float>(S * B * E, 3);
+  std::vector<std::vector<float>> every(4), first(4);
+  for (auto* outputs : {&every, &first}) {
+    auto& o = *outputs;
+    o = {std::vector<float>(S * B * H * (K + E)), std::vector<float>(S * B * H * V),
+         std::vector<float>(S * B * H * (K + V)), std::vector<float>(S * B * E)};
+    const detail::KvSplitLaunch l = detail::make_kv_split_launch(
+        KvSplitCall{contiguous_view<const void>(kv.data(), DType::f32, {S, B, H, K + V}),
+                    contiguous_view<const void>(k_pe.data(), DType::f32, {S, B, 1, E}),
+                    contiguous_view<void>(o[0].data(), DType::f32, {S, B, H, K + E}),
+                    contiguous_view<void>(o[1].data(), DType::f32, {S, B, H, V}), a},
+        profile);
+    // The backward takes the forward's outputs as its gradients.
+    const detail::KvSplitBackwardLaunch b = detail::make_kv_split_backward_launch(
+        KvSplitBackwardCall{contiguous_view<const void>(o[0].data(), DType::f32, {S, B, H, K + E}),
+                            contiguous_view<const void>(o[1].data(), DType::f32, {S, B, H, V}),
+                            contiguous_view<void>(o[2].data(), DType::f32, {S, B, H, K + V}),
+                            contiguous_view<void>(o[3].data(), DType::f32, {S, B, 1, E}), a},
+        profile);
+    ASSERT_GT(l.grid.threads, 1);
+    ASSERT_GT(b.grid.threads, 1);
+    constexpr int kPairs = kernels::kVectorPairs<float>;
+    if (outputs == &every) {
+      host::launch(executor, l.grid, &kernels::kv_split_on_host<float>, l.args);
+      host::launch(executor, b.grid, &kernels::kv_split_backward_on_host<float, kPairs>, b.args);
+    } else {
+      host::launch_thread_zero(executor, l.grid, &kernels::kv_split_on_host<float>, l.args);
+      host::launch_thread_zero(executor, b.grid, &kernels::kv_split_backward_on_host<float, kPairs>,
+                               b.args);
+    }
+  }
+  const char* names[] = {"key", "value", "grad_kv", "grad_k_pe"};
+  for (std::size_t i = 0; i < every.size(); ++i) expect_same(every[i], first[i], names[i]);
 }
 
 }  // namespace
