@@ -325,7 +325,7 @@ def load_results(paths):
 
 def list_sites(sites, equivalents):
     """Prints every site, the counts per file and operator, and the equivalent entries that
-    match no site (stale) or several."""
+    match no site (stale) or several; entries of files not listed are left out."""
     by_key = equivalents_by_key(equivalents)
     matched = collections.defaultdict(list)
     for s in sites:
@@ -344,12 +344,14 @@ def list_sites(sites, equivalents):
     for op in OPERATOR_CLASSES:
         log(f"  {per_op.get(op, 0):5d}  {op}")
     device = sum(s.device_only for s in sites)
+    scanned = {s.file for s in sites}  # entries of other files are neither matched nor stale here
+    listed = [e for e in equivalents if e["key"][0] in scanned]
     log(
         f"total: {len(sites)} sites ({device} device-only, not sampled without --device-sites); "
-        f"{sum(1 for e in equivalents if matched[e['key']])} of {len(equivalents)} equivalent "
-        "entries match a site"
+        f"{sum(1 for e in listed if matched[e['key']])} of {len(listed)} equivalent "
+        "entries of these files match a site"
     )
-    for e in equivalents:
+    for e in listed:
         if not matched[e["key"]]:
             log(f"WARNING: {e['where']}: the entry matches no site (stale? the line changed)")
         elif len(matched[e["key"]]) > 1:
