@@ -85,7 +85,8 @@ kernels::GridShape row_grid(std::int64_t rows, std::int64_t work, Sharing sharin
   const std::int64_t wanted = (work + per - 1) / per;
   const std::int64_t threads =
       std::clamp<std::int64_t>((wanted + g - 1) / g * g, g, profile.max_threads);
-  // At least one block, even without rows or heads: the status word still gets its bits.
+  // At least one block, whatever `rows` (a launched call has one at least: a call without rows
+  // writes nothing and is never launched), so that the status word always gets its bits.
   return {std::clamp<std::int64_t>(rows, 1, profile.max_blocks), static_cast<int>(threads)};
 }
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "host/gpu_model.h"
 #include "host/host_avx2.h"
 #include "host_convert.h"
 #include "kernels/element_io.h"
@@ -211,6 +212,33 @@ TEST(Portability, VectorLoadsAndStoresRoundTrip) {
   load_vector<float, 8>(f_in, x);
   store_vector<float, 8>(f_out, x);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(f_in[i], f_out[i]);
+}
+
+// The device paths of vector loads and stores (pieces of at most 16 bytes) under the GPU
+// model, which the test above, without it, leaves to the memcpy branch: 32 bytes, two pieces.
+TEST(Portability, VectorLoadsAndStoresOfTwoPiecesOnTheDevicePaths) {
+  alignas(16) float in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8] = {};
+  alignas(16) BFloat16 b_in[16], b_out[16] = {};
+  for (int i = 0; i < 16; ++i) b_in[i] = from_float<BFloat16>(static_cast<float>(i) - 4.0f);
+  detail::Footprint footprint;
+  footprint.add("in", contiguous_view<const void>(in, DType::f32, {8}), detail::RegionUse::read);
+  footprint.add("out", contiguous_view<void>(out, DType::f32, {8}), detail::RegionUse::write);
+  footprint.add("b_in", contiguous_view<const void>(b_in, DType::bf16, {16}),
+                detail::RegionUse::read);
+  footprint.add("b_out", contiguous_view<void>(b_out, DType::bf16, {16}), detail::RegionUse::write);
+  gpu_model::Recorder recorder("pieces", footprint);
+  recorder.begin_thread(GridCoord{});
+  gpu_model::t_recorder = &recorder;
+  float x[8], y[16];
+  load_vector<float, 8>(in, x);
+  store_vector<float, 8>(out, x);
+  load_vector<BFloat16, 16>(b_in, y);
+  store_vector<BFloat16, 16>(b_out, y);
+  gpu_model::t_recorder = nullptr;
+  recorder.finish();
+  EXPECT_EQ(recorder.stats().errors, 0);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], in[i]) << i;
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(b_out[i].bits, b_in[i].bits) << i;
 }
 
 TEST(Portability, TableElementsOfEveryDtype) {
