@@ -120,6 +120,26 @@ TEST(LaunchBuilder, MegatronShapesTakeTheFastPaths) {
   EXPECT_LE(l.grid.threads, profile.max_threads);
 }
 
+// A row of more chunks than a staged round holds (40 slices of 64 chunks: 2,560 against
+// kStagedChunks' 2,048) goes in rounds of whole slices, 32 and then 8: a round's work is what
+// the round holds, not the row's, and each row takes two rounds.
+TEST(LaunchBuilder, StagedRoundsOfPartOfARowHoldTheirOwnWork) {
+  constexpr std::int64_t kHeads = 40, kNope = 64, kEmb = 512, kChunks = kEmb / 2 / 4;
+  std::vector<std::uint16_t> t(2 * kHeads * (kNope + kEmb));
+  std::vector<float> cos(8 * kEmb), sin(8 * kEmb);
+  RopeArgs a;
+  a.nope_dim = kNope;
+  a.emb_dim = kEmb;
+  a.rotation.cos = contiguous_view<const void>(cos.data(), DType::f32, {8, kEmb});
+  a.rotation.sin = contiguous_view<const void>(sin.data(), DType::f32, {8, kEmb});
+  TensorView v = contiguous_view<void>(t.data(), DType::bf16, {2, 1, kHeads, kNope + kEmb});
+  const LaunchProfile profile;
+  const RopeLaunch l = make_rope_launch(v, v, a, {true, false}, profile);
+  ASSERT_EQ(l.variant, RopeVariant::staged_vector);
+  EXPECT_EQ(l.work, 32 * kChunks);
+  EXPECT_EQ(l.grid.blocks, 2 * 2);
+}
+
 TEST(LaunchBuilder, UnalignedViewsTakeTheGeneralPath) {
   static Buffers b;
   const LaunchProfile profile;
