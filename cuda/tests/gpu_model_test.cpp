@@ -199,7 +199,10 @@ kernels::gpu_model::LaunchStats one_thread(const detail::Footprint& footprint, f
   kernels::gpu_model::t_recorder = nullptr;
   recorder.finish();
   if (findings != nullptr) *findings = recorder.findings();
-  return recorder.stats();
+  kernels::gpu_model::LaunchStats stats = recorder.stats();
+  EXPECT_EQ(stats.blocks, 1);  // a default GridCoord: thread 0 of a grid of one block of one
+  EXPECT_EQ(stats.threads, 1);
+  return stats;
 }
 
 // The findings of `body` run as one_thread, one a line ("" for none); the launch's error
