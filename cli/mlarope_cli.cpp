@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -38,8 +40,11 @@ constexpr int kExitOffExpected = 3;   // run: outputs off the case's expected_*.
                                       // compare: the gate cannot decide (a key UNKNOWN)
 constexpr int kExitDeviceStatus = 4;  // run, check: the call's status word is not ok
 constexpr const char* kExitStatuses =
-    "Exit status: 0 ok; 1 a check or fuzz case failed, or (report, compare) a benchmark is "
-    "SLOWER; 2 an error (command line, case file, invalid call); 3 (run) outputs off the case's "
+    "Exit status: 0 ok; 1 a check or fuzz case failed (a crash or a hang of an isolated backend "
+    "too), or (report, compare) a benchmark is "
+    "SLOWER; 2 an error (command line, case file, invalid call); 128 + N (fuzz) a signal N "
+    "ended the run early (SIGHUP 129, SIGINT 130, SIGTERM 143) after writing its results; 3 "
+    "(run) outputs off the case's "
     "expected_*.npy, (report, compare) the gate cannot decide (a key UNKNOWN, never a pass); 4 "
     "(run, check) the call's "
     "device status word reports invalid metadata (docs/semantics.md §5: bad cu_seqlens, a sequence "
@@ -267,6 +272,35 @@ void add_compare(CLI::App& app, reports::CompareCommandOptions& compare) {
   add_gate_options(cmd, compare.gate);
 }
 
+// --- isolation: check and fuzz -----------------------------------------------------------------
+
+// Where a backend runs (FuzzOptions::Isolation) and how long its calls may take there.
+struct IsolationFlags {
+  bool process = false, in_process = false;
+  double call_timeout = 0;
+  FuzzOptions::Isolation mode() const {
+    if (process) return FuzzOptions::Isolation::process;
+    return in_process ? FuzzOptions::Isolation::in_process : FuzzOptions::Isolation::automatic;
+  }
+};
+
+void add_isolation_options(CLI::App* cmd, IsolationFlags& f) {
+  CLI::Option* process = cmd->add_flag(
+      "--isolate", f.process,
+      "run the backend in worker processes, so that a crash, an abort or a hang is a failing "
+      "case (crash, timeout) with the worker's stderr, and the run goes on: the default for "
+      "plugin: backends");
+  CLI::Option* in_process =
+      cmd->add_flag("--in-process", f.in_process,
+                    "run the backend in this process (faster; a crash ends the run): the "
+                    "default for reference, host, host-fast, cuda and broken: backends");
+  process->excludes(in_process);
+  cmd->add_option("--call-timeout", f.call_timeout,
+                  "seconds an isolated backend's call may take before it is a hang (default: "
+                  "30 + 1000 x the reference's time on the case)")
+      ->check(CLI::Range(0.0, 1e6));
+}
+
 // --- check -------------------------------------------------------------------------------------
 
 struct CheckCommandOptions {
@@ -275,6 +309,7 @@ struct CheckCommandOptions {
   std::vector<std::string> checks;
   std::uint64_t seed = 0;
   bool seed_given = false;
+  IsolationFlags isolation;
 };
 
 // The checks.json a failure directory carries, or the defaults.
@@ -322,7 +357,7 @@ bool print_report(const CheckReport& report, const Backend& backend) {
 }
 
 // mlarope check on a yarn_tables failure directory (yarn_case.json).
-int check_yarn_command(const CheckCommandOptions& o) {
+int check_yarn_command(const CheckCommandOptions& o, const Backend& backend) {
   const fs::path file = fs::path(o.case_dir) / "yarn_case.json";
   std::ifstream in(file);
   YarnCase c;
@@ -331,15 +366,14 @@ int check_yarn_command(const CheckCommandOptions& o) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(file.string() + ": not valid JSON: " + e.what());
   }
-  const Backend backend = props::resolve_backend(o.backend);
   std::cout << o.case_dir << ": " << describe(c) << "\n  backend " << backend.name << "\n";
   const CheckReport report = check_yarn(c, backend);
   if (!print_report(report, backend)) return 0;
   return failed_checks(report);
 }
 
-int check_command(const CheckCommandOptions& o) {
-  if (fs::exists(fs::path(o.case_dir) / "yarn_case.json")) return check_yarn_command(o);
+int check_case_command(const CheckCommandOptions& o, const Backend& backend) {
+  if (fs::exists(fs::path(o.case_dir) / "yarn_case.json")) return check_yarn_command(o, backend);
   const Case c = read_case(o.case_dir);
   CheckOptions options = options_in(o.case_dir);
   if (!o.checks.empty()) {
@@ -347,7 +381,6 @@ int check_command(const CheckCommandOptions& o) {
     for (const std::string& name : o.checks) options.checks.push_back(parse_check(name));
   }
   if (o.seed_given) options.seed = o.seed;
-  const Backend backend = props::resolve_backend(o.backend);
   const LayoutPlan& p = options.layout;
   std::cout << o.case_dir << ": " << describe(c) << "\n  backend " << backend.name
             << "; layout head_gap " << p.head_gap << ", row_gap " << p.row_gap << ", table_gap "
@@ -359,10 +392,36 @@ int check_command(const CheckCommandOptions& o) {
   return status_exit(report.status);
 }
 
+// mlarope check: in this process, or (an isolated backend) in a worker process whose crash or
+// hang is a failed check said here, with the worker's stderr.
+int check_command(const CheckCommandOptions& o) {
+  FuzzOptions where;
+  where.backend = o.backend;
+  where.isolation = o.isolation.mode();
+  if (!isolated(where)) return check_case_command(o, props::resolve_backend(o.backend));
+  auto start = [&o](CallWatch& watch) -> WorkerProcess::Serve {
+    auto backend = std::make_shared<Backend>(watched(props::resolve_backend(o.backend), watch));
+    return [&o, backend](const std::string&) {
+      return std::to_string(check_case_command(o, *backend));
+    };
+  };
+  WorkerProcess worker(start, CallLimit{o.isolation.call_timeout});
+  const auto reply = worker.request("check");
+  if (const auto* d = std::get_if<WorkerDeath>(&reply)) {
+    const char* check = d->timed_out ? "timeout" : "crash";
+    std::cout << "  " << check << ": the backend's worker process " << d->describe() << "\n";
+    if (!d->stderr_tail.empty()) std::cout << "  its stderr:\n" << d->stderr_tail << "\n";
+    std::cerr << "  failed: " << check << "\n";
+    return kExitCheckFailed;
+  }
+  return std::stoi(std::get<std::string>(reply));
+}
+
 // --- fuzz --------------------------------------------------------------------------------------
 
 struct FuzzCommandOptions {
   FuzzOptions fuzz;
+  IsolationFlags isolation;
   std::optional<std::int64_t> shard_index, shard_count;
   bool shard_info = false;
   std::vector<std::string> ops, dtypes, table_dtypes;
@@ -377,6 +436,9 @@ Op parse_op_name(const std::string& name) {
                 "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
   }
 }
+
+// The signal that asks a fuzz run to end early (0: none).
+std::atomic<int> interrupt_signal{0};
 
 int fuzz_command(FuzzCommandOptions o) {
   bool yarn_listed = false;
@@ -399,6 +461,15 @@ int fuzz_command(FuzzCommandOptions o) {
   }
   o.fuzz.out =
       o.fuzz.shard.count > 1 ? fs::path(o.out) / shard_folder(o.fuzz.shard) : fs::path(o.out);
+  o.fuzz.isolation = o.isolation.mode();
+  o.fuzz.call_limit.seconds = o.isolation.call_timeout;
+  o.fuzz.interrupt = &interrupt_signal;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {  // a second one of a kind ends the run outright
+    struct sigaction action {};
+    action.sa_handler = [](int signal) { interrupt_signal.store(signal); };
+    action.sa_flags = SA_RESETHAND;
+    sigaction(sig, &action, nullptr);
+  }
   // Progress on stderr: stdout carries the summary only, for pipes and scripts.
   const bool tty = isatty(fileno(stderr)) != 0;
   const FuzzStats stats = run_fuzz(o.fuzz, std::cerr, tty);
@@ -406,6 +477,13 @@ int fuzz_command(FuzzCommandOptions o) {
   if (shown.ops.empty())
     shown.ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
   std::cout << summary(stats, shown);
+  if (!stats.interrupted.empty()) {
+    std::cerr << "mlarope fuzz: interrupted by " << stats.interrupted << " after " << stats.cases
+              << " cases (" << stats.failing_cases << " failing); "
+              << (o.fuzz.out / "fuzz.json").string()
+              << " written; the same command resumes the run\n";
+    return 128 + interrupt_signal.load();
+  }
   if (stats.failing_cases == 0) return 0;
   std::cerr << "mlarope fuzz: " << stats.failing_cases << " failing case(s), written under "
             << (o.fuzz.out / "failures").string() << "\n";
@@ -446,6 +524,7 @@ void add_check(CLI::App& app, CheckCommandOptions& check) {
   cmd->add_option_function<std::uint64_t>(
       "--seed", [&check](std::uint64_t s) { check.seed = s, check.seed_given = true; },
       "seed of the random data of adjoint and graph replay, and of the order seeds");
+  add_isolation_options(cmd, check.isolation);
 }
 
 void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
@@ -453,7 +532,8 @@ void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
       "fuzz",
       "Run random cases through every check until the budget ends (60 s when neither --seconds "
       "nor --cases is given); write DIR/fuzz.json and failing cases under DIR/failures/. Exit "
-      "status 1 if a case fails.");
+      "status 1 if a case fails. SIGTERM, SIGINT and SIGHUP end the run early with everything "
+      "written (exit status 128 + the signal); the same command then resumes it.");
   FuzzOptions& f = fuzz.fuzz;
   f.backend = default_backend();
   cmd->add_option("--seconds", f.seconds, "time budget in seconds")->check(CLI::Range(0.0, 1e7));
@@ -502,6 +582,10 @@ void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
                   "failing cases written as directories at most")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  add_isolation_options(cmd, fuzz.isolation);
+  cmd->add_flag("--fresh", f.fresh,
+                "start afresh where --out holds a run a signal interrupted (by default the same "
+                "command resumes it, and other arguments are an error)");
 }
 
 // --- yarn --------------------------------------------------------------------------------------

@@ -9,9 +9,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <thread>
+#include <variant>
 
 #include "backends/case_run.h"
 #include "checks/yarn_check.h"
@@ -112,21 +116,163 @@ bool is_yarn_case(const FuzzOptions& o, bool draw_yarn, std::uint64_t seed, std:
   return draw_yarn && case_seed(seed ^ 0x5941524E5441424Cull, 0) % (ops + 1) == 0;
 }
 
-// Everything one worker needs.
-struct Worker {
-  const FuzzOptions& options;
-  Backend backend;  // NOTE: one per worker: a backend's stream is not shared between threads
-  const props::GenOptions& gen;
-  std::atomic<std::int64_t>& next;
-  std::atomic<std::int64_t>& done;
-  std::atomic<std::int64_t>& failing;
-  std::atomic<std::int64_t>& dirs_written;
-  Clock::time_point deadline;
-  bool timed;
-  bool draw_yarn;
-  FuzzStats stats;
+// The result of a case the reference rejected: a generator's bug, a failure of the case.
+CheckResult invalid_case(const Error& e) {
+  CheckResult invalid;
+  invalid.outcome = Outcome::fail;
+  invalid.message = std::string("the generated case is invalid: ") + e.what();
+  return invalid;
+}
 
+// What the host backend's GPU model measured of the case's launches.
+void count_model(FuzzStats& st, const Backend& backend) {
+  if (backend.take_model_stats)
+    for (const ModelLaunchStats& s : backend.take_model_stats()) st.model[s.kernel].add(s);
+}
+
+FuzzFailure failure_of(std::int64_t index, std::uint64_t seed, std::string description,
+                       const CheckReport& report) {
+  FuzzFailure f{index, seed, std::move(description), "", {}, ""};
+  for (const CheckResult* r : report.failures())
+    f.checks.emplace_back(std::string(to_string(r->check)), r->message);
+  return f;
+}
+
+// A case run once: its counts, and (when it failed) what writes its directory.
+struct CaseRun {
+  FuzzStats stats;                                 // this case alone
+  std::function<void(const fs::path& dir)> write;  // empty when the case passed
+};
+
+// What every worker shares: the options, the generator, the run's counters and its end.
+struct Run {
+  Run(const FuzzOptions& o, const props::GenOptions& g) : options(o), gen(g) {}
+  const FuzzOptions& options;
+  const props::GenOptions& gen;
+  bool draw_yarn = false;
+  std::atomic<std::int64_t> next{0}, done{0}, failing{0}, dirs_written{0};
+  std::atomic<int> working{0};  // worker threads not yet finished
+  Clock::time_point deadline;
+  bool timed = false;
+  std::mutex pending_mutex;
+  std::vector<std::int64_t> pending;    // cases to run before `next`: left by an interrupted run
+  std::vector<std::int64_t> abandoned;  // cases under way when a signal ended this one
+
+  bool interrupted() const {
+    return options.interrupt != nullptr && options.interrupt->load() != 0;
+  }
+  // The next of this shard's cases to run, or -1 when the budget is spent.
+  std::int64_t take() {
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex);
+      if (!pending.empty()) {
+        const std::int64_t local = pending.back();
+        pending.pop_back();
+        return local;
+      }
+    }
+    const std::int64_t local = next++;
+    return options.cases > 0 && local >= options.cases ? -1 : local;
+  }
+  std::int64_t global_index(std::int64_t local) const {  // this shard's share of the stream
+    return options.shard.index + options.shard.count * local;
+  }
+};
+
+// Case `index` on `backend`, in the variant the backend runs now ("" without variants).
+CaseRun run_case_once(const Run& run, const Backend& backend, std::int64_t index) {
+  const FuzzOptions& options = run.options;
+  const std::uint64_t seed = case_seed(options.seed, index);
+  CaseRun out;
+  CheckReport report;
+  if (is_yarn_case(options, run.draw_yarn, seed, run.gen.ops.size())) {
+    const YarnCase c = props::random_yarn_case(seed, options.size);
+    try {
+      report = check_yarn(c, backend);
+    } catch (const Error& e) {
+      report.results.push_back(invalid_case(e));
+    }
+    count_model(out.stats, backend);
+    count_yarn_case(out.stats, c, report);
+    if (report.ok()) return out;
+    out.stats.failures.push_back(failure_of(index, seed, describe(c), report));
+    out.write = [c, report, name = backend.name](const fs::path& dir) {
+      props::write_yarn_failure(dir, c, report, name);
+    };
+  } else {
+    const props::CaseSpec spec = props::random_spec(seed, options.size, run.gen);
+    Case c = props::materialize(spec);
+    const CheckOptions check_options = props::check_options(spec);
+    try {
+      report = run_checks(c, backend, check_options);
+    } catch (const Error& e) {
+      report.results.push_back(invalid_case(e));
+    }
+    count_model(out.stats, backend);
+    count_case(out.stats, spec, report);
+    if (report.ok()) return out;
+    out.stats.failures.push_back(failure_of(index, seed, props::describe(spec), report));
+    out.write = [spec, c = std::move(c), check_options, report,
+                 name = backend.name](const fs::path& dir) {
+      props::write_failure(dir, spec, c, check_options, report, name);
+    };
+  }
+  ++out.stats.failing_cases;
+  return out;
+}
+
+// A case whose worker process died or overran: a failing case of the check "crash" or
+// "timeout", its directory written here from the case's seed with the worker's stderr beside it.
+CaseRun dead_case(const Run& run, std::int64_t index, const WorkerDeath& death) {
+  const FuzzOptions& options = run.options;
+  const std::uint64_t seed = case_seed(options.seed, index);
+  const std::string check = death.timed_out ? "timeout" : "crash";
+  const std::string message = "the backend's worker process " + death.describe();
+  CheckReport report;
+  CaseRun out;
+  std::string description;
+  std::function<void(const fs::path&)> write_case;
+  const std::string note =
+      check + ": " + message + (death.stderr_tail.empty() ? "" : "\nits stderr: worker_stderr.txt");
+  if (is_yarn_case(options, run.draw_yarn, seed, run.gen.ops.size())) {
+    const YarnCase c = props::random_yarn_case(seed, options.size);
+    count_yarn_case(out.stats, c, report);
+    description = describe(c);
+    write_case = [c, report, note, name = options.backend](const fs::path& dir) {
+      props::write_yarn_failure(dir, c, report, name, note);
+    };
+  } else {
+    const props::CaseSpec spec = props::random_spec(seed, options.size, run.gen);
+    count_case(out.stats, spec, report);
+    description = props::describe(spec);
+    write_case = [spec, report, note, name = options.backend](const fs::path& dir) {
+      props::write_failure(dir, spec, props::materialize(spec), props::check_options(spec), report,
+                           name, note);
+    };
+  }
+  out.stats.checks[check][1]++;
+  out.stats.failing_cases = 1;
+  FuzzFailure f{index, seed, description, "", {{check, message}}, ""};
+  out.stats.failures.push_back(std::move(f));
+  out.write = [write_case, stderr_tail = death.stderr_tail](const fs::path& dir) {
+    write_case(dir);
+    if (stderr_tail.empty()) return;
+    std::ofstream file(dir / "worker_stderr.txt");
+    file << stderr_tail;
+  };
+  return out;
+}
+
+// Everything one worker thread needs: its backend in this process, or the worker process that
+// runs its cases.
+struct Worker {
+  Run& run;
+  const FuzzOptions& options;
+  std::optional<Backend> backend;          // in process
+  std::unique_ptr<WorkerProcess> process;  // isolated: made again after a death
+  FuzzStats stats;
   std::string variant;  // the variant this worker's backend runs now ("" without variants)
+  std::exception_ptr error;
 
   // failures/case_NNNNNN, or with variants failures/case_NNNNNN-VARIANT (the variant's name
   // kept to letters, digits and "=._", so that every variant of a case has its own directory).
@@ -153,104 +299,149 @@ struct Worker {
     file << nlohmann::json{{"variant", variant}}.dump() << "\n";
   }
 
-  void yarn_case(std::int64_t index, std::uint64_t seed) {
-    const YarnCase c = props::random_yarn_case(seed, options.size);
-    CheckReport report;
-    try {
-      report = check_yarn(c, backend);
-    } catch (const Error& e) {
-      CheckResult invalid;
-      invalid.outcome = Outcome::fail;
-      invalid.message = std::string("the generated case is invalid: ") + e.what();
-      report.results.push_back(invalid);
-    }
-    if (backend.take_model_stats)
-      for (const ModelLaunchStats& s : backend.take_model_stats()) stats.model[s.kernel].add(s);
-    count_yarn_case(stats, c, report);
-    if (report.ok()) return;
-    ++stats.failing_cases;
-    ++failing;
-    FuzzFailure f{index, seed, describe(c), "", {}, ""};
-    for (const CheckResult* r : report.failures())
-      f.checks.emplace_back(std::string(to_string(r->check)), r->message);
-    if (dirs_written++ < options.max_failure_dirs) {
-      f.dir = failure_dir_name(index);
-      try {
-        props::write_yarn_failure(options.out / f.dir, c, report, backend.name);
-      } catch (const std::exception& e) {
-        f.checks.emplace_back("write",
-                              std::string("could not write the case directory: ") + e.what());
-        f.dir.clear();
+  // Count a case's run; a failing one gets its directory (up to max_failure_dirs) through
+  // `write`, which returns "" or why it could not.
+  void absorb(FuzzStats one, std::int64_t index,
+              const std::function<std::string(const std::string& dir)>& write) {
+    if (!one.failures.empty()) {
+      ++run.failing;
+      FuzzFailure& f = one.failures.front();
+      if (run.dirs_written++ < options.max_failure_dirs) {
+        f.dir = failure_dir_name(index);
+        const std::string why = write(f.dir);
+        if (!why.empty()) {
+          f.checks.emplace_back("write", "could not write the case directory: " + why);
+          f.dir.clear();
+        }
       }
+      note_variant(f);
     }
-    note_variant(f);
-    stats.failures.push_back(std::move(f));
+    stats.merge(one);
   }
 
-  void record_failure(std::int64_t index, std::uint64_t seed, const props::CaseSpec& spec,
-                      const Case& c, const CheckOptions& check_options, const CheckReport& report) {
-    ++stats.failing_cases;
-    ++failing;
-    FuzzFailure f{index, seed, props::describe(spec), "", {}, ""};
-    for (const CheckResult* r : report.failures())
-      f.checks.emplace_back(std::string(to_string(r->check)), r->message);
-    if (dirs_written++ < options.max_failure_dirs) {
-      f.dir = failure_dir_name(index);
+  // What writes `r`'s directory from this process: "" or why it could not.
+  std::function<std::string(const std::string&)> writer(const CaseRun& r) const {
+    return [this, &r](const std::string& dir) -> std::string {
       try {
-        props::write_failure(options.out / f.dir, spec, c, check_options, report, backend.name);
+        r.write(options.out / dir);
+        return "";
       } catch (const std::exception& e) {
-        f.checks.emplace_back("write",
-                              std::string("could not write the case directory: ") + e.what());
-        f.dir.clear();
+        return e.what();
       }
-    }
-    note_variant(f);
-    stats.failures.push_back(std::move(f));
+    };
   }
 
-  // Case `index` once, or once per variant.
-  void one_case(std::int64_t index) {
-    if (options.variants.empty()) return one_run(index);
-    for (const std::string& v : options.variants) {
+  // Case `index` in this process.
+  void run_in_process(std::int64_t index) {
+    CaseRun r = run_case_once(run, *backend, index);
+    absorb(std::move(r.stats), index, writer(r));
+  }
+
+  // Case `index` in the worker process; false when a signal ended it before it finished.
+  bool run_isolated(std::int64_t index) {
+    if (!process) process = start_worker_process(run);
+    const nlohmann::json request = {{"run", index}, {"variant", variant}};
+    auto reply = process->request(request.dump(), options.interrupt);
+    if (auto* death = std::get_if<WorkerDeath>(&reply)) {
+      process.reset();
+      if (death->interrupted) return false;
+      // Said where the user looks, as it would be in process (a sanitizer's report, say).
+      std::cerr << "mlarope fuzz: case #" << index << ": the backend's worker process "
+                << death->describe() << "; a new one takes the next case"
+                << (death->stderr_tail.empty() ? "\n" : "; its stderr:\n" + death->stderr_tail)
+                << std::flush;
+      CaseRun r = dead_case(run, index, *death);
+      absorb(std::move(r.stats), index, writer(r));
+      return true;
+    }
+    FuzzStats one = stats_from_json(nlohmann::json::parse(std::get<std::string>(reply)));
+    absorb(std::move(one), index, [&](const std::string& dir) -> std::string {
+      const auto written =
+          process->request(nlohmann::json{{"write", (options.out / dir).string()}}.dump());
+      if (const auto* d = std::get_if<WorkerDeath>(&written)) {
+        process.reset();
+        return "the worker process " + d->describe() + " writing it";
+      }
+      return std::get<std::string>(written);
+    });
+    return true;
+  }
+
+  // Case `index` once, or once per variant; false when a signal ended it.
+  bool one_case(std::int64_t index) {
+    const std::vector<std::string> one{""};
+    for (const std::string& v : options.variants.empty() ? one : options.variants) {
+      if (!v.empty()) ++stats.counts["variant"][v];
       variant = v;
-      backend.select_variant(v);
-      ++stats.counts["variant"][v];
-      one_run(index);
+      if (process || !backend) {
+        if (!run_isolated(index)) return false;
+        continue;
+      }
+      if (!v.empty()) backend->select_variant(v);
+      run_in_process(index);
     }
+    return true;
   }
 
-  void one_run(std::int64_t index) {
-    const std::uint64_t seed = case_seed(options.seed, index);
-    if (is_yarn_case(options, draw_yarn, seed, gen.ops.size())) return yarn_case(index, seed);
-    const props::CaseSpec spec = props::random_spec(seed, options.size, gen);
-    const Case c = props::materialize(spec);
-    const CheckOptions check_options = props::check_options(spec);
-    CheckReport report;
+  void work() {
+    const ForkGuard guard;  // its forks wait for the other workers' threads to be waiting
+    struct Finished {
+      std::atomic<int>& working;
+      ~Finished() { --working; }
+    } finished{run.working};
     try {
-      report = run_checks(c, backend, check_options);
-    } catch (const Error& e) {
-      CheckResult invalid;
-      invalid.outcome = Outcome::fail;
-      invalid.message = std::string("the generated case is invalid: ") + e.what();
-      report.results.push_back(invalid);
+      for (;;) {
+        if (run.interrupted() || (run.timed && Clock::now() >= run.deadline)) return;
+        const std::int64_t local = run.take();
+        if (local < 0) return;
+        if (!one_case(run.global_index(local))) {
+          std::lock_guard<std::mutex> lock(run.pending_mutex);
+          run.abandoned.push_back(local);
+          return;
+        }
+        ++run.done;
+      }
+    } catch (...) {
+      error = std::current_exception();
     }
-    if (backend.take_model_stats)
-      for (const ModelLaunchStats& s : backend.take_model_stats()) stats.model[s.kernel].add(s);
-    count_case(stats, spec, report);
-    if (!report.ok()) record_failure(index, seed, spec, c, check_options, report);
   }
 
-  void run() {
-    for (;;) {
-      if (timed && Clock::now() >= deadline) return;
-      const std::int64_t local = next++;
-      if (options.cases > 0 && local >= options.cases) return;
-      one_case(options.shard.index +
-               options.shard.count * local);  // this shard's share of the stream
-      ++done;
-    }
-  }
+  static std::unique_ptr<WorkerProcess> start_worker_process(const Run& run);
 };
+
+Backend make_backend(const FuzzOptions& o) {
+  return o.make_backend ? o.make_backend() : props::resolve_backend(o.backend);
+}
+
+// The worker process's side: the backend, watched, and the requests it serves: "describe"
+// (what the backend has), "run" (a case in a variant; the reply is the case's fuzz.json) and
+// "write" (the last case's failure directory; the reply is "" or why it could not).
+std::unique_ptr<WorkerProcess> Worker::start_worker_process(const Run& run) {
+  auto start = [&run](CallWatch& watch) -> WorkerProcess::Serve {
+    auto backend = std::make_shared<Backend>(watched(make_backend(run.options), watch));
+    auto last = std::make_shared<CaseRun>();
+    return [&run, backend, last](const std::string& text) -> std::string {
+      const nlohmann::json request = nlohmann::json::parse(text);
+      if (request.contains("describe"))
+        return nlohmann::json{{"yarn_tables", static_cast<bool>(backend->yarn_tables)},
+                              {"select_variant", static_cast<bool>(backend->select_variant)}}
+            .dump();
+      if (request.contains("write")) {
+        try {
+          if (last->write) last->write(request.at("write").get<std::string>());
+          return "";
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      }
+      const std::string variant = request.value("variant", "");
+      if (!variant.empty()) backend->select_variant(variant);
+      *last = run_case_once(run, *backend, request.at("run").get<std::int64_t>());
+      return to_json(last->stats, run.options).dump();
+    };
+  };
+  return std::make_unique<WorkerProcess>(start, run.options.call_limit, run.options.fork_hooks);
+}
 
 std::vector<Op> all_ops() {
   return {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
@@ -266,13 +457,74 @@ void show_progress(std::ostream& out, bool tty, std::int64_t cases, std::int64_t
   else out << line << std::endl;
 }
 
+// The interrupted run in `out` to resume, if its arguments are these; an error if they are
+// not (and `fresh` is not set); nothing when there is none.
+std::optional<FuzzStats> interrupted_run(const FuzzOptions& o, const nlohmann::json& arguments,
+                                         std::ostream& progress) {
+  const fs::path file = o.out / "fuzz.json";
+  if (o.fresh || !fs::exists(file)) return std::nullopt;
+  nlohmann::json j;
+  try {
+    std::ifstream in(file);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // not a record this run could resume: overwritten as before
+  }
+  if (j.value("interrupted", std::string()).empty()) return std::nullopt;
+  if (j.value("arguments", nlohmann::json()) != arguments)
+    throw Error("--out " + o.out.string() + " holds a run interrupted by " +
+                j.value("interrupted", std::string()) +
+                " with other arguments (fuzz.json: \"arguments\"): run the same command to resume "
+                "it, or add --fresh to start over there");
+  FuzzStats s = stats_from_json(j);
+  progress << "mlarope fuzz: resuming the run interrupted by " << s.interrupted << " in "
+           << o.out.string() << ": " << s.cases << " cases done in " << s.seconds << " s\n";
+  return s;
+}
+
 }  // namespace
+
+bool isolated(const FuzzOptions& o) {
+  if (o.isolation != FuzzOptions::Isolation::automatic)
+    return o.isolation == FuzzOptions::Isolation::process;
+  return static_cast<bool>(o.make_backend) || o.backend.rfind("plugin:", 0) == 0;
+}
+
+nlohmann::json run_arguments(const FuzzOptions& o) {
+  nlohmann::json j = {{"backend", o.backend},
+                      {"seed", o.seed},
+                      {"size", o.size},
+                      {"seconds", o.seconds},
+                      {"cases", o.cases},
+                      {"yarn", o.yarn},
+                      {"yarn_only", o.yarn_only},
+                      {"in_place", o.in_place},
+                      {"layouts", o.layouts},
+                      {"position_ids", o.position_ids},
+                      {"seq_offsets", o.seq_offsets},
+                      {"packed", o.packed},
+                      {"power_of_two_dims", o.power_of_two_dims},
+                      {"variants", o.variants},
+                      {"shard", {o.shard.index, o.shard.count}}};
+  for (const auto& [key, list] :
+       {std::pair<const char*, const std::vector<DType>*>{"dtypes", &o.dtypes},
+        {"table_dtypes", &o.table_dtypes}}) {
+    nlohmann::json a = nlohmann::json::array();
+    for (DType d : *list) a.push_back(to_string(d));
+    j[key] = a;
+  }
+  nlohmann::json ops = nlohmann::json::array();
+  for (Op op : o.ops) ops.push_back(to_string(op));
+  j["ops"] = ops;
+  return j;
+}
 
 FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   if (o.jobs < 1 || o.jobs > 256)
     throw Error("--jobs " + std::to_string(o.jobs) + ": expected 1..256");
   if (o.size < 0) throw Error("--size " + std::to_string(o.size) + ": expected >= 0");
-  if (!o.make_backend)
+  const bool in_workers = isolated(o);
+  if (!o.make_backend && !in_workers)
     props::resolve_backend(o.backend);  // an unknown name fails before anything is written
   for (const std::string& v : o.variants)
     if (v.empty()) throw Error("variants: a variant's name is empty");
@@ -280,17 +532,19 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   fs::create_directories(o.out, ec);
   if (ec || !fs::is_directory(o.out))
     throw Error("--out " + o.out.string() + ": cannot create the directory");
-  fs::remove_all(o.out / "failures", ec);  // the failures of an earlier run in the same place
   FuzzOptions options = o;
   if (options.ops.empty()) options.ops = all_ops();
-  const bool timed = options.seconds > 0 || options.cases <= 0;
-  if (timed && options.seconds <= 0) options.seconds = 60;
-  props::GenOptions gen;
-  gen.ops = options.ops;
   for (auto* list : {&options.dtypes, &options.table_dtypes}) {  // each dtype once, in enum order
     std::sort(list->begin(), list->end());
     list->erase(std::unique(list->begin(), list->end()), list->end());
   }
+  const nlohmann::json arguments = run_arguments(options);
+  std::optional<FuzzStats> earlier = interrupted_run(options, arguments, progress);
+  if (!earlier) fs::remove_all(o.out / "failures", ec);  // an earlier run's, in the same place
+  const bool timed = options.seconds > 0 || options.cases <= 0;
+  if (timed && options.seconds <= 0) options.seconds = 60;
+  props::GenOptions gen;
+  gen.ops = options.ops;
   if (!options.dtypes.empty()) gen.dtypes = options.dtypes;
   if (!options.table_dtypes.empty()) gen.table_dtypes = options.table_dtypes;
   gen.in_place = options.in_place;
@@ -299,54 +553,81 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   gen.packed = options.packed;
   gen.power_of_two_dims = options.power_of_two_dims;
   set_layouts(gen, options.layouts);
-  std::atomic<std::int64_t> next{0}, done{0}, failing{0}, dirs{0};
+  Run run(options, gen);
   const Clock::time_point start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(options.seconds));
+  const double left = timed ? options.seconds - (earlier ? earlier->seconds : 0.0) : 0.0;
+  run.deadline = start + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(std::max(left, 0.0)));
+  run.timed = timed;
+  if (earlier) {
+    run.next = earlier->next;
+    run.pending = earlier->pending;
+    run.dirs_written = static_cast<std::int64_t>(
+        std::count_if(earlier->failures.begin(), earlier->failures.end(),
+                      [](const FuzzFailure& f) { return !f.dir.empty(); }));
+  }
   std::vector<Worker> workers;
   workers.reserve(static_cast<std::size_t>(options.jobs));  // 1..256, checked above
   for (int j = 0; j < options.jobs; ++j)
-    workers.push_back(Worker{options,
-                             options.make_backend ? options.make_backend()
-                                                  : props::resolve_backend(options.backend),
-                             gen,
-                             next,
-                             done,
-                             failing,
-                             dirs,
-                             deadline,
-                             timed,
-                             false,
-                             {},
-                             ""});
-  if (!options.variants.empty() && !workers.front().backend.select_variant)
+    workers.push_back(Worker{run, options, {}, {}, {}, "", {}});
+  bool has_yarn = false, has_variants = false;
+  if (in_workers) {  // the first worker process says what the backend has (and fails early)
+    workers.front().process = Worker::start_worker_process(run);
+    const auto reply = workers.front().process->request(R"({"describe": true})");
+    if (const auto* d = std::get_if<WorkerDeath>(&reply))
+      throw Error("backend " + options.backend + ": the worker process " + d->describe() +
+                  " describing it");
+    const nlohmann::json what = nlohmann::json::parse(std::get<std::string>(reply));
+    has_yarn = what.value("yarn_tables", false);
+    has_variants = what.value("select_variant", false);
+  } else {
+    for (Worker& w : workers) w.backend = make_backend(options);
+    has_yarn = static_cast<bool>(workers.front().backend->yarn_tables);
+    has_variants = static_cast<bool>(workers.front().backend->select_variant);
+  }
+  if (!options.variants.empty() && !has_variants)
     throw Error("variants: backend " + options.backend + " cannot select a variant");
-  for (Worker& w : workers)
-    w.draw_yarn = options.yarn && static_cast<bool>(workers.front().backend.yarn_tables);
-  options.yarn = workers.front().draw_yarn;  // what fuzz.json names as drawn
+  run.draw_yarn = options.yarn && has_yarn;
+  options.yarn = run.draw_yarn;  // what fuzz.json names as drawn
   std::vector<std::thread> threads;
   threads.reserve(workers.size());
-  for (Worker& w : workers) threads.emplace_back([&w] { w.run(); });
+  run.working = static_cast<int>(workers.size());
+  for (Worker& w : workers) threads.emplace_back([&w] { w.work(); });
   const double period = tty ? 0.25 : 5.0;
+  const double before = earlier ? earlier->seconds : 0.0;
+  const std::int64_t cases_before = earlier ? earlier->cases : 0;
   auto last = start;
-  while (done < (options.cases > 0 ? options.cases : INT64_MAX) &&
-         (!timed || Clock::now() < deadline)) {
+  while (run.working > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (std::chrono::duration<double>(Clock::now() - last).count() < period) continue;
     last = Clock::now();
-    show_progress(progress, tty, done, failing,
-                  std::chrono::duration<double>(last - start).count());
+    const ForkGuard printing;  // no worker's fork while this thread writes
+    show_progress(progress, tty, cases_before + run.done, run.failing,
+                  before + std::chrono::duration<double>(last - start).count());
   }
   for (std::thread& t : threads) t.join();
   FuzzStats stats;
+  if (earlier) stats = *earlier;
   for (const Worker& w : workers) stats.merge(w.stats);
-  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats.seconds = before + std::chrono::duration<double>(Clock::now() - start).count();
+  stats.interrupted.clear();
+  if (earlier) ++stats.resumed;
+  if (run.interrupted()) {
+    stats.interrupted = signal_name(options.interrupt->load());
+    stats.next = run.next;
+    stats.pending = run.pending;
+    stats.pending.insert(stats.pending.end(), run.abandoned.begin(), run.abandoned.end());
+  }
+  for (const Worker& w : workers)
+    if (w.error) std::rethrow_exception(w.error);
   if (tty) {
     show_progress(progress, tty, stats.cases, stats.failing_cases, stats.seconds);
     progress << "\n";
   }
   std::ofstream json(options.out / "fuzz.json");
-  json << to_json(stats, options).dump(1) << "\n";
+  nlohmann::json document = to_json(stats, options);
+  document["arguments"] = arguments;
+  json << document.dump(1) << "\n";
   if (!json) throw Error((options.out / "fuzz.json").string() + ": cannot write");
   write_junit((options.out / "junit.xml").string(), {junit_suite(stats, options)});
   return stats;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "backends/case_run.h"
+#include "backends/worker_process.h"
 #include "checks/checks.h"
 #include "fuzz/shard.h"
 #include "io/case_file.h"
@@ -58,7 +60,23 @@ struct FuzzOptions {
   std::vector<std::string> variants;
   /// What fuzz.json records of the backend's environment (library versions); null: nothing.
   nlohmann::json environment;
+  /// Where the backend runs: in worker processes (a crash or a hang is a failing case and the
+  /// campaign goes on) or in this one (faster: no boundary). `automatic` isolates plugin and
+  /// Python backends (make_backend) and runs ours (reference, host, cuda, broken:) in process.
+  enum class Isolation { automatic, process, in_process };
+  Isolation isolation = Isolation::automatic;
+  CallLimit call_limit;  ///< how long an isolated backend's call may take
+  ForkHooks fork_hooks;  ///< around each worker's fork (the Python package's interpreter)
+  /// Optional: a signal number a handler stores to end the run early (SIGTERM, SIGINT, SIGHUP):
+  /// the cases under way finish (an isolated one gets a few seconds), fuzz.json says which
+  /// signal, and the same command run again resumes the rest (run_fuzz).
+  const std::atomic<int>* interrupt = nullptr;
+  /// Start afresh even when `out` holds an interrupted run of the same arguments.
+  bool fresh = false;
 };
+
+/// Whether `options` run the backend in worker processes.
+bool isolated(const FuzzOptions& options);
 
 /// One failing case.
 struct FuzzFailure {
@@ -112,6 +130,12 @@ struct FuzzStats {
   std::map<std::string, std::array<std::int64_t, 2>> combinations;
   std::map<std::string, std::int64_t> unsupported;  ///< the backend's reason -> declined cases
   std::vector<FuzzFailure> failures;
+  /// The signal that ended the run early ("SIGTERM"), "" when it ran to its budget.
+  std::string interrupted;
+  /// Where an interrupted run resumes: the shard's cases below `next` ran, but `pending`.
+  std::int64_t next = 0;
+  std::vector<std::int64_t> pending;
+  int resumed = 0;  ///< times the run was resumed after an interruption
 
   /// Add the counts of another worker.
   void merge(const FuzzStats& other);
@@ -134,9 +158,14 @@ JunitSuite junit_suite(const FuzzStats& stats, const FuzzOptions& options);
 /// The seed case `index` of a run with `seed` is drawn from.
 std::uint64_t case_seed(std::uint64_t seed, std::int64_t index);
 
+/// What fuzz.json keeps of the options, to tell whether a second run has the same arguments.
+nlohmann::json run_arguments(const FuzzOptions& options);
+
 /// Run the fuzzer, showing progress on `progress` (one updating line when `tty`, else a line
-/// every few seconds); writes out/fuzz.json, out/junit.xml and out/failures/. Throws mlarope::Error
-/// on bad options or an unusable output directory.
+/// every few seconds); writes out/fuzz.json, out/junit.xml and out/failures/. When `out` holds a
+/// run of the same arguments that a signal interrupted, resumes it (says so on `progress`);
+/// one of other arguments is an error unless `fresh`. Throws mlarope::Error on bad options or an
+/// unusable output directory.
 FuzzStats run_fuzz(const FuzzOptions& options, std::ostream& progress, bool tty);
 
 }  // namespace mlarope::harness

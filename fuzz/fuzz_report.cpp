@@ -45,9 +45,12 @@ void FuzzStats::merge(const FuzzStats& other) {
   for (const auto& [combination, n] : other.combinations)
     for (int i = 0; i < 2; ++i) combinations[combination][i] += n[i];
   for (const auto& [reason, n] : other.unsupported) unsupported[reason] += n;
+  const bool in_order = failures.empty() || other.failures.empty() ||
+                        failures.back().index <= other.failures.front().index;
   failures.insert(failures.end(), other.failures.begin(), other.failures.end());
-  std::sort(failures.begin(), failures.end(),
-            [](const FuzzFailure& a, const FuzzFailure& b) { return a.index < b.index; });
+  if (!in_order)  // a worker's own cases come in order: sorted only where workers' lists meet
+    std::sort(failures.begin(), failures.end(),
+              [](const FuzzFailure& a, const FuzzFailure& b) { return a.index < b.index; });
 }
 
 void ModelTally::add(const ModelLaunchStats& s) {
@@ -147,6 +150,11 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
     failures.push_back(std::move(failure));
   }
   j["failures"] = failures;
+  if (!s.interrupted.empty()) {  // where the same command resumes
+    j["interrupted"] = s.interrupted;
+    j["resume"] = {{"next", s.next}, {"pending", s.pending}};
+  }
+  if (s.resumed > 0) j["resumed"] = s.resumed;
   return j;
 }
 
@@ -189,6 +197,12 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
       if (support.contains("by_combination")) support.at("by_combination").get_to(s.combinations);
       if (support.contains("not_supported")) support.at("not_supported").get_to(s.unsupported);
     }
+    s.interrupted = j.value("interrupted", std::string());
+    if (j.contains("resume")) {
+      s.next = j.at("resume").value("next", std::int64_t{0});
+      j.at("resume").at("pending").get_to(s.pending);
+    }
+    s.resumed = j.value("resumed", 0);
     if (j.contains("failures"))
       for (const nlohmann::json& f : j.at("failures")) {
         FuzzFailure failure{f.value("index", std::int64_t{0}),
@@ -304,6 +318,10 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
       out << "      " << check << ": " << message << "\n";
     if (!f.dir.empty()) out << "      -> " << (o.out / f.dir).string() << "\n";
   }
+  if (!s.interrupted.empty())
+    out << "  interrupted by " << s.interrupted
+        << ": the same command resumes the run (fuzz.json: \"resume\")\n";
+  if (s.resumed > 0) out << "  resumed " << s.resumed << " time(s) after an interruption\n";
   out << "  wrote " << (o.out / "fuzz.json").string() << "\n";
   return out.str();
 }

@@ -10,10 +10,17 @@
 //                                        on a stream of its own, finished before it returns);
 //   MLAROPE_EXAMPLE_OVERREAD             also reads the byte just past the last element of a
 //                                        rope call's activation: the checks' guards stop it in
-//                                        sanitizer builds (harness/checks/asan_guards.h).
+//                                        sanitizer builds (harness/checks/asan_guards.h);
+//   MLAROPE_EXAMPLE_FAULT_ON_CALL=N      fails its Nth call in a process, as a kernel under
+//   with MLAROPE_EXAMPLE_CRASH, _HANG    development does: a null-pointer store (SIGSEGV), a
+//   or _ABORT                            call that never returns, or abort() (SIGABRT); the
+//                                        worker process the harness runs it in takes the blow.
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "mlarope/backend.h"
 #include "mlarope/plugin.h"
@@ -110,7 +117,26 @@ void read_past_the_end(const mlarope_tensor& t) {
 }
 #endif
 
+#if defined(MLAROPE_EXAMPLE_FAULT_ON_CALL)
+// The fault this build plants, on the process's Nth call of any op.
+void fault_on_nth_call() {
+  static int calls = 0;
+  if (++calls != MLAROPE_EXAMPLE_FAULT_ON_CALL) return;
+#if defined(MLAROPE_EXAMPLE_CRASH)
+  volatile std::uintptr_t address = 0;  // unknown to the optimiser, which would trap instead
+  *reinterpret_cast<volatile int*>(address) = 1;
+#elif defined(MLAROPE_EXAMPLE_HANG)
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+#elif defined(MLAROPE_EXAMPLE_ABORT)
+  std::abort();
+#endif
+}
+#else
+void fault_on_nth_call() {}
+#endif
+
 int rope_entry(const mlarope_call* c) {
+  fault_on_nth_call();
 #if defined(MLAROPE_EXAMPLE_OVERREAD)
   read_past_the_end(c->in_place ? c->outputs[0] : c->inputs[0]);
 #endif
@@ -143,6 +169,7 @@ KvSplitArgs kv_args(const mlarope_call& c) {
 }
 
 int kv_split_entry(const mlarope_call* c) {
+  fault_on_nth_call();
   return guarded([&](Stream& s) {
     kv_split({view_of<const void>(c->inputs[0]), view_of<const void>(c->inputs[1]),
               view_of<void>(c->outputs[0]), view_of<void>(c->outputs[1]), kv_args(*c)},
@@ -151,6 +178,7 @@ int kv_split_entry(const mlarope_call* c) {
 }
 
 int kv_split_backward_entry(const mlarope_call* c) {
+  fault_on_nth_call();
   return guarded([&](Stream& s) {
     kv_split_backward({view_of<const void>(c->inputs[0]), view_of<const void>(c->inputs[1]),
                        view_of<void>(c->outputs[0]), view_of<void>(c->outputs[1]), kv_args(*c)},

@@ -3,6 +3,7 @@
 // determinism, in place == out of place, order independence) or of auditing them (coverage,
 // immutability, bounds).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "checks/check_context.h"
@@ -54,7 +55,11 @@ npy::Array random_like(const npy::Array& like, DType dtype, std::uint64_t seed) 
 CheckContext::CheckContext(const Case& c, const Backend& backend, const CheckOptions& options)
     : case_(c), backend_(backend), options_(options) {
   try {
+    const auto start = std::chrono::steady_clock::now();
     expected_ = run_case(case_, reference_backend());
+    if (backend_.expect_time)
+      backend_.expect_time(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   } catch (const std::exception& e) {
     throw Error(std::string("invalid case (the reference rejects it): ") + e.what());
   }

@@ -256,8 +256,17 @@ def fuzz(
     out: str = "fuzz-out",
     size: int = 100,
     quiet: bool = False,
+    isolate: bool = True,
+    call_timeout: float = 0.0,
 ) -> dict:
     """Random cases through every check against ``backend`` (see the module docstring).
+
+    The backend runs in a worker process (``isolate=True``, forked from this one): a method that
+    crashes the process (a segfault through ctypes, an abort) or does not return within
+    ``call_timeout`` seconds (0: 30 s + 1000 x the reference's time on the case) is a failing
+    case, "crash" or "timeout", with the worker's stderr (faulthandler's Python stack) in its
+    directory, and the fuzz goes on with a new worker. ``isolate=False`` runs it in this
+    process: faster, and a crash ends the interpreter.
 
     Stops after ``seconds`` or ``cases`` (60 s when neither is given). ``ops``, ``dtypes``
     (activations), ``table_dtypes`` (each of "f32", "bf16", "f16"), ``in_place=False`` and
@@ -288,6 +297,8 @@ def fuzz(
         str(out),
         int(size),
         bool(quiet),
+        bool(isolate),
+        float(call_timeout),
     )
     if result["failing_cases"]:
         first = result["failures"][0]
@@ -301,14 +312,16 @@ def fuzz(
     return result
 
 
-def check(backend, case_dir: str) -> dict:
+def check(backend, case_dir: str, *, isolate: bool = True, call_timeout: float = 0.0) -> dict:
     """Every check (docs/architecture.md) on one case directory (a fuzz repro replays with its
     checks.json).
 
     Returns ``{"ok": bool, "unsupported": reason or None, "results": [(check, outcome, line)],
-    "status": device status word}``; ``ok`` is False when a check failed.
+    "status": device status word}``; ``ok`` is False when a check failed. In a worker process
+    (``isolate``, as ``fuzz``), a crash or a hang is the one result ("crash" or "timeout",
+    "fail", line) and the dict has the worker's ``stderr``.
     """
-    return _mlarope._check(backend, str(case_dir))
+    return _mlarope._check(backend, str(case_dir), bool(isolate), float(call_timeout))
 
 
 def load_case(path: str):

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/case_run.h"
+#include "backends/worker_process.h"
 #include "fuzz/fuzz.h"
 #include "mlarope/error.h"
 #include "reference.h"
@@ -402,6 +403,35 @@ harness::Backend python_backend(const std::shared_ptr<py::object>& b, const std:
   return out;
 }
 
+// The interpreter's side of a worker process's fork, as os.fork does it: the GIL held across
+// the fork with the interpreter's locks prepared, and in the child the other threads' states
+// dropped; there faulthandler prints the Python stack of a crash into the worker's stderr.
+harness::ForkHooks python_fork_hooks() {
+  static thread_local PyGILState_STATE state;  // prepare and parent/child run in one thread
+  harness::ForkHooks hooks;
+  hooks.prepare = [] {
+    state = PyGILState_Ensure();
+    PyOS_BeforeFork();
+  };
+  hooks.parent = [] {
+    PyOS_AfterFork_Parent();
+    PyGILState_Release(state);
+  };
+  hooks.child = [] {
+    PyOS_AfterFork_Child();
+    try {
+      // fd 2, the worker's stderr, whatever sys.stderr is (pytest's capture, say)
+      py::module_::import("faulthandler").attr("enable")(py::arg("file") = 2);
+    } catch (const py::error_already_set&) {
+    }
+    // NOTE: the GIL released with this thread's state kept: it is the child's only one, and
+    // deleting it would leave the interpreter none to reuse (CPython 3.11 aborts when it makes
+    // one again into the initial thread's slot).
+    PyEval_SaveThread();
+  };
+  return hooks;
+}
+
 Op parse_op(const std::string& name) {
   for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
     if (name == to_string(op)) return op;
@@ -414,8 +444,13 @@ py::dict fuzz(const py::object& backend, double seconds, std::int64_t cases, std
               const std::vector<std::string>& ops, const std::vector<std::string>& dtypes,
               const std::vector<std::string>& table_dtypes, bool in_place,
               const std::string& layouts, bool position_ids, bool seq_offsets, bool packed,
-              bool power_of_two_dims, const std::string& out, int size, bool quiet) {
+              bool power_of_two_dims, const std::string& out, int size, bool quiet, bool isolate,
+              double call_timeout) {
   harness::FuzzOptions o;
+  o.isolation = isolate ? harness::FuzzOptions::Isolation::process
+                        : harness::FuzzOptions::Isolation::in_process;
+  o.call_limit.seconds = call_timeout;
+  o.fork_hooks = python_fork_hooks();
   o.seconds = seconds;
   o.cases = cases;
   o.seed = seed;
@@ -483,8 +518,42 @@ py::dict fuzz(const py::object& backend, double seconds, std::int64_t cases, std
   return r;
 }
 
-// mlarope.check: every check on one case directory (a fuzz repro, with its checks.json).
-py::dict check_case(const py::object& backend, const std::string& dir) {
+// A check's report as JSON (what a worker process replies), and the dict mlarope.check returns.
+nlohmann::json report_json(const harness::CheckReport& report) {
+  nlohmann::json results = nlohmann::json::array();
+  for (const harness::CheckResult& x : report.results)
+    results.push_back({std::string(to_string(x.check)), std::string(to_string(x.outcome)),
+                       harness::format_result(x)});
+  return {{"ok", report.ok()},
+          {"unsupported", report.unsupported},
+          {"results", results},
+          {"status", report.status}};
+}
+
+py::dict report_dict(const nlohmann::json& j) {
+  py::dict r;
+  r["ok"] = j.at("ok").get<bool>();
+  const std::string unsupported = j.value("unsupported", std::string());
+  r["unsupported"] =
+      unsupported.empty() ? py::object(py::none()) : py::object(py::str(unsupported));
+  py::list results;
+  for (const nlohmann::json& x : j.at("results"))
+    results.append(
+        py::make_tuple(x[0].get<std::string>(), x[1].get<std::string>(), x[2].get<std::string>()));
+  r["results"] = results;
+  r["status"] = j.value("status", std::uint32_t{0});
+  if (j.contains("stderr")) r["stderr"] = j.at("stderr").get<std::string>();
+  return r;
+}
+
+// mlarope.check: every check on one case directory (a fuzz repro, with its checks.json), in
+// this process or in a worker process whose crash or hang is the failed check "crash" or
+// "timeout" (with the worker's stderr under "stderr").
+py::dict check_case(const py::object& backend, const std::string& dir, bool isolate,
+                    double call_timeout);
+
+nlohmann::json check_here(const py::object& backend, const std::string& dir,
+                          harness::CallWatch* watch = nullptr) {
   const harness::Case c = harness::read_case(dir);
   harness::CheckOptions options;
   const std::string checks_file = dir + "/checks.json";
@@ -496,7 +565,8 @@ py::dict check_case(const py::object& backend, const std::string& dir) {
     }
   }
   const std::string name = "python:" + std::string(py::str(py::type::of(backend).attr("__name__")));
-  const harness::Backend b = python_backend(hold(backend), name);
+  harness::Backend b = python_backend(hold(backend), name);
+  if (watch != nullptr) b = harness::watched(std::move(b), *watch);
   // A failure of one variant replays in that variant (variant.json, written by the fuzz).
   if (std::ifstream in{dir + "/variant.json"}) {
     std::string variant;
@@ -515,17 +585,32 @@ py::dict check_case(const py::object& backend, const std::string& dir) {
     py::gil_scoped_release release;
     report = harness::run_checks(c, b, options);
   }
-  py::dict r;
-  r["ok"] = report.ok();
-  r["unsupported"] =
-      report.unsupported.empty() ? py::object(py::none()) : py::object(py::str(report.unsupported));
-  py::list results;
-  for (const harness::CheckResult& x : report.results)
-    results.append(py::make_tuple(std::string(to_string(x.check)),
-                                  std::string(to_string(x.outcome)), harness::format_result(x)));
-  r["results"] = results;
-  r["status"] = report.status;
-  return r;
+  return report_json(report);
+}
+
+py::dict check_case(const py::object& backend, const std::string& dir, bool isolate,
+                    double call_timeout) {
+  if (!isolate) return report_dict(check_here(backend, dir));
+  auto start = [&](harness::CallWatch& watch) -> harness::WorkerProcess::Serve {
+    return [&](const std::string&) {
+      py::gil_scoped_acquire gil;
+      return check_here(backend, dir, &watch).dump();
+    };
+  };
+  std::variant<std::string, harness::WorkerDeath> reply;
+  {
+    py::gil_scoped_release release;
+    harness::WorkerProcess worker(start, harness::CallLimit{call_timeout}, python_fork_hooks());
+    reply = worker.request("check");
+  }
+  if (const auto* d = std::get_if<harness::WorkerDeath>(&reply)) {
+    const std::string check = d->timed_out ? "timeout" : "crash";
+    const std::string line = check + ": the backend's worker process " + d->describe();
+    return report_dict({{"ok", false},
+                        {"results", nlohmann::json::array({{check, "fail", line}})},
+                        {"stderr", d->stderr_tail}});
+  }
+  return report_dict(nlohmann::json::parse(std::get<std::string>(reply)));
 }
 
 // mlarope.load_case: a case directory's config (case.json) and arrays (copies).

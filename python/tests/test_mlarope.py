@@ -273,9 +273,10 @@ def test_each_case_runs_once_per_variant_and_a_failure_names_its_variant(tmp_pat
     assert (
         first["dir"].endswith("-drops_inverse") and "variant drops_inverse" in first["description"]
     )
-    # The replay selects the failing variant, whatever the backend was left in.
+    # The replay selects the failing variant, whatever the backend was left in (in this
+    # process, where the test sees what was selected).
     backend.select_variant("exact")
-    assert not mlarope.check(backend, first["dir"])["ok"]
+    assert not mlarope.check(backend, first["dir"], isolate=False)["ok"]
     assert backend.selected[-1] == "drops_inverse"
     with pytest.raises(mlarope.Error, match="no select_variant"):
         mlarope.check(NumpyRope(), first["dir"])
@@ -305,8 +306,17 @@ class Drawn:
 
 def test_narrowing_draws_only_what_a_triton_kernel_can_take(tmp_path):
     narrow = dict(position_ids=False, seq_offsets=False, packed=False, power_of_two_dims=True)
-    drawn = Drawn()
-    mlarope.fuzz(drawn, cases=2000, ops=["rope"], seed=3, out=str(tmp_path), quiet=True, **narrow)
+    drawn = Drawn()  # in this process (isolate=False), where the test reads what it recorded
+    mlarope.fuzz(
+        drawn,
+        cases=2000,
+        ops=["rope"],
+        seed=3,
+        out=str(tmp_path),
+        quiet=True,
+        isolate=False,
+        **narrow,
+    )
     assert drawn.broken == set()
     with open(tmp_path / "fuzz.json") as f:
         written = json.load(f)
@@ -316,6 +326,13 @@ def test_narrowing_draws_only_what_a_triton_kernel_can_take(tmp_path):
         drawn = Drawn()
         flipped = dict(narrow, **{option: not value})
         mlarope.fuzz(
-            drawn, cases=2000, ops=["rope"], seed=3, out=str(tmp_path), quiet=True, **flipped
+            drawn,
+            cases=2000,
+            ops=["rope"],
+            seed=3,
+            out=str(tmp_path),
+            quiet=True,
+            isolate=False,
+            **flipped,
         )
         assert drawn.broken == {option}, option
