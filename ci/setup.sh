@@ -7,7 +7,8 @@ set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev librapidcheck-dev libgtest-dev libgmock-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev
           python3-dev python3-venv python3-pip python3-numpy python3-pytest pybind11-dev libdlpack-dev
-          python3-torch python3-lxml python3-jsonschema clang-format clang-tidy ccache)
+          python3-torch python3-lxml python3-jsonschema clang-format clang-tidy ccache
+          slurmctld slurmd slurm-client munge)  # a real single-node cluster: ci/slurm_test.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
