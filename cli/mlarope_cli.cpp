@@ -424,7 +424,7 @@ struct FuzzCommandOptions {
   IsolationFlags isolation;
   std::optional<std::int64_t> shard_index, shard_count;
   bool shard_info = false;
-  std::vector<std::string> ops, dtypes, table_dtypes;
+  std::vector<std::string> ops, dtypes, table_dtypes, tokens;
   std::string out = "fuzz-out";
 };
 
@@ -453,6 +453,10 @@ int fuzz_command(FuzzCommandOptions o) {
   for (const std::string& name : o.dtypes) o.fuzz.dtypes.push_back(parse_dtype(name, "--dtypes"));
   for (const std::string& name : o.table_dtypes)
     o.fuzz.table_dtypes.push_back(parse_dtype(name, "--table-dtypes"));
+  for (const std::string& name : o.tokens)
+    o.fuzz.tokens.push_back(parse_token_layout(name, "--tokens"));
+  for (std::int64_t cp : o.fuzz.cp_sizes)
+    if (cp < 1 || cp > 8) throw Error("--cp-sizes " + std::to_string(cp) + ": expected 1..8");
   o.fuzz.shard = resolve_shard(o.shard_index, o.shard_count);
   if (o.shard_info) {  // for scripts (ci/fuzz-shard.sh): the shard this process would run
     std::cout << o.fuzz.shard.index << " " << o.fuzz.shard.count << " " << o.fuzz.shard.source
@@ -555,6 +559,18 @@ void add_fuzz(CLI::App& app, FuzzCommandOptions& fuzz) {
   cmd->add_option("--layouts", f.layouts,
                   "pair layouts to draw, IN/OUT/TABLE, each half, interleaved or * "
                   "(e.g. interleaved/half/*)");
+  cmd->add_option("--tokens", fuzz.tokens, "token layouts to draw (sbhd,thd; default both)")
+      ->delimiter(',');
+  cmd->add_option("--cp-sizes", f.cp_sizes,
+                  "context-parallel sizes to draw (default 1,2,3,4,8; 1 is half the draws)")
+      ->delimiter(',');
+  cmd->add_flag("!--no-seq-offsets", f.seq_offsets, "draw no sequence offsets");
+  cmd->add_flag("!--no-position-ids", f.position_ids, "draw no THD position ids");
+  cmd->add_flag("!--no-packed", f.packed, "draw no THD packed frequency mode");
+  cmd->add_flag("!--no-steer", f.steer,
+                "draw every option evenly: by default the draws of a plugin or Python backend "
+                "are steered to what its supports() accepted in probes before the run (7 "
+                "cases in 8; the summary's steering line says what was kept)");
   cmd->add_option("--out", fuzz.out,
                   "output directory (a shard of several writes into DIR/shard-NNNN)")
       ->capture_default_str();

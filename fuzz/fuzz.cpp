@@ -22,6 +22,7 @@
 #include "fuzz/broken_backends.h"
 #include "fuzz/failure.h"
 #include "fuzz/generators.h"
+#include "fuzz/steering.h"
 #include "mlarope/error.h"
 
 namespace mlarope::harness {
@@ -80,6 +81,7 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
       (s.in_place ? " in place" : "") + (s.cp_size > 1 ? " cp" : "");
   st.combinations[combination][report.unsupported.empty() ? 0 : 1]++;
   if (!report.unsupported.empty()) st.unsupported[report.unsupported]++;
+  else st.counts["reached"][std::string(to_string(s.op))]++;  // the backend took the call
   for (const CheckResult& r : report.results)
     st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
   st.ulps[std::string(to_string(s.dtype))].merge(report.histogram);
@@ -103,6 +105,7 @@ void count_yarn_case(FuzzStats& st, const YarnCase& c, const CheckReport& report
   st.combinations["yarn_tables " + dtype + " " + std::string(to_string(c.table_layout))]
                  [report.unsupported.empty() ? 0 : 1]++;
   if (!report.unsupported.empty()) st.unsupported[report.unsupported]++;
+  else st.counts["reached"]["yarn_tables"]++;
   for (const CheckResult& r : report.results)
     st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
   st.ulps[dtype].merge(report.histogram);
@@ -149,6 +152,7 @@ struct Run {
   Run(const FuzzOptions& o, const props::GenOptions& g) : options(o), gen(g) {}
   const FuzzOptions& options;
   const props::GenOptions& gen;
+  Steering steering;  // learned before the workers start (inactive: `gen` for every case)
   bool draw_yarn = false;
   std::atomic<std::int64_t> next{0}, done{0}, failing{0}, dirs_written{0};
   std::atomic<int> working{0};  // worker threads not yet finished
@@ -173,6 +177,10 @@ struct Run {
     }
     const std::int64_t local = next++;
     return options.cases > 0 && local >= options.cases ? -1 : local;
+  }
+  // The options case `seed` is drawn from: steered, or (1 in 8, and unsteered runs) the full.
+  const props::GenOptions& gen_for(std::uint64_t seed) const {
+    return draws_steered(steering, seed) ? steering.narrowed : gen;
   }
   std::int64_t global_index(std::int64_t local) const {  // this shard's share of the stream
     return options.shard.index + options.shard.count * local;
@@ -200,7 +208,7 @@ CaseRun run_case_once(const Run& run, const Backend& backend, std::int64_t index
       props::write_yarn_failure(dir, c, report, name);
     };
   } else {
-    const props::CaseSpec spec = props::random_spec(seed, options.size, run.gen);
+    const props::CaseSpec spec = props::random_spec(seed, options.size, run.gen_for(seed));
     Case c = props::materialize(spec);
     const CheckOptions check_options = props::check_options(spec);
     try {
@@ -242,7 +250,7 @@ CaseRun dead_case(const Run& run, std::int64_t index, const WorkerDeath& death) 
       props::write_yarn_failure(dir, c, report, name, note);
     };
   } else {
-    const props::CaseSpec spec = props::random_spec(seed, options.size, run.gen);
+    const props::CaseSpec spec = props::random_spec(seed, options.size, run.gen_for(seed));
     count_case(out.stats, spec, report);
     description = props::describe(spec);
     write_case = [spec, report, note, name = options.backend](const fs::path& dir) {
@@ -422,6 +430,9 @@ std::unique_ptr<WorkerProcess> Worker::start_worker_process(const Run& run) {
     auto last = std::make_shared<CaseRun>();
     return [&run, backend, last](const std::string& text) -> std::string {
       const nlohmann::json request = nlohmann::json::parse(text);
+      if (request.contains("steer"))
+        return to_json(learn_steering(run.gen, *backend, run.options.seed, run.options.size))
+            .dump();
       if (request.contains("describe"))
         return nlohmann::json{{"yarn_tables", static_cast<bool>(backend->yarn_tables)},
                               {"select_variant", static_cast<bool>(backend->select_variant)}}
@@ -482,6 +493,22 @@ std::optional<FuzzStats> interrupted_run(const FuzzOptions& o, const nlohmann::j
   return s;
 }
 
+// Steering's warm-up (fuzz/steering.h), where the backend is: here, or in the first worker
+// process, which is then replaced so that every worker is forked knowing what was learned.
+void learn(Run& run, Worker& first, std::ostream& progress) {
+  if (first.backend) {
+    run.steering = learn_steering(run.gen, *first.backend, run.options.seed, run.options.size);
+  } else {
+    const auto reply = first.process->request(R"({"steer": true})", run.options.interrupt);
+    if (const auto* d = std::get_if<WorkerDeath>(&reply))
+      throw Error("backend " + run.options.backend + ": the worker process " + d->describe() +
+                  " while steering (--no-steer runs without)");
+    run.steering = steering_from_json(nlohmann::json::parse(std::get<std::string>(reply)), run.gen);
+    first.process.reset();
+  }
+  if (run.steering.active) progress << "mlarope fuzz: steering: " << describe(run.steering) << "\n";
+}
+
 }  // namespace
 
 bool isolated(const FuzzOptions& o) {
@@ -505,7 +532,12 @@ nlohmann::json run_arguments(const FuzzOptions& o) {
                       {"packed", o.packed},
                       {"power_of_two_dims", o.power_of_two_dims},
                       {"variants", o.variants},
+                      {"cp_sizes", o.cp_sizes},
+                      {"steer", o.steer},
                       {"shard", {o.shard.index, o.shard.count}}};
+  nlohmann::json tokens = nlohmann::json::array();
+  for (TokenLayout t : o.tokens) tokens.push_back(to_string(t));
+  j["tokens"] = tokens;
   for (const auto& [key, list] :
        {std::pair<const char*, const std::vector<DType>*>{"dtypes", &o.dtypes},
         {"table_dtypes", &o.table_dtypes}}) {
@@ -552,6 +584,8 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   gen.seq_offsets = options.seq_offsets;
   gen.packed = options.packed;
   gen.power_of_two_dims = options.power_of_two_dims;
+  if (!options.tokens.empty()) gen.layouts = options.tokens;
+  if (!options.cp_sizes.empty()) gen.cp_sizes = options.cp_sizes;
   set_layouts(gen, options.layouts);
   Run run(options, gen);
   const Clock::time_point start = Clock::now();
@@ -589,6 +623,7 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
     throw Error("variants: backend " + options.backend + " cannot select a variant");
   run.draw_yarn = options.yarn && has_yarn;
   options.yarn = run.draw_yarn;  // what fuzz.json names as drawn
+  if (options.steer) learn(run, workers.front(), progress);
   std::vector<std::thread> threads;
   threads.reserve(workers.size());
   run.working = static_cast<int>(workers.size());
@@ -610,6 +645,7 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   if (earlier) stats = *earlier;
   for (const Worker& w : workers) stats.merge(w.stats);
   stats.seconds = before + std::chrono::duration<double>(Clock::now() - start).count();
+  if (options.steer) stats.steering = to_json(run.steering).dump();
   stats.interrupted.clear();
   if (earlier) ++stats.resumed;
   if (run.interrupted()) {

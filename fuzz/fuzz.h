@@ -43,6 +43,11 @@ struct FuzzOptions {
   bool position_ids = true;  ///< THD cases may have position ids
   bool seq_offsets = true;   ///< cases may have sequence offsets
   bool packed = true;        ///< THD cases may use the packed frequency mode
+  std::vector<TokenLayout> tokens;     ///< token layouts drawn; empty: SBHD and THD
+  std::vector<std::int64_t> cp_sizes;  ///< CP sizes drawn; empty: 1, 2, 3, 4, 8
+  /// Steer the draws to what the backend's `supports` accepts (fuzz/steering.h), where it has
+  /// one (plugin and Python backends).
+  bool steer = true;
   bool power_of_two_dims = false;  ///< emb_dim / 2, k_dim, v_dim powers of two (Triton)
   /// Shard `shard.index` of `shard.count` runs the cases index, index + count, ... of the run
   /// seed's one stream: shards never draw the same case; `cases` is per shard.
@@ -136,6 +141,9 @@ struct FuzzStats {
   std::int64_t next = 0;
   std::vector<std::int64_t> pending;
   int resumed = 0;  ///< times the run was resumed after an interruption
+  /// What steering learned (fuzz/steering.h), as fuzz.json's "steering" (JSON text); "" when
+  /// it was not asked for.
+  std::string steering;
 
   /// Add the counts of another worker.
   void merge(const FuzzStats& other);

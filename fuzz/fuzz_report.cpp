@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fuzz/fuzz.h"
+#include "fuzz/steering.h"
 #include "mlarope/error.h"
 #include "mlarope/timing.h"
 
@@ -33,6 +34,7 @@ SupportTally support_tally(const FuzzStats& s) {
 }  // namespace
 
 void FuzzStats::merge(const FuzzStats& other) {
+  if (steering.empty()) steering = other.steering;  // one warm-up for the whole run
   cases += other.cases;
   failing_cases += other.failing_cases;
   for (const auto& [dimension, values] : other.counts)
@@ -90,6 +92,12 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
   if (!o.seq_offsets) j["seq_offsets"] = false;
   if (!o.packed) j["packed"] = false;
   if (o.power_of_two_dims) j["power_of_two_dims"] = true;
+  if (!o.tokens.empty()) {
+    nlohmann::json tokens = nlohmann::json::array();
+    for (TokenLayout t : o.tokens) tokens.push_back(to_string(t));
+    j["tokens"] = tokens;
+  }
+  if (!o.cp_sizes.empty()) j["cp_sizes"] = o.cp_sizes;
   j["shard"] = {{"index", o.shard.index}, {"count", o.shard.count}, {"source", o.shard.source}};
   j["seconds"] = s.seconds;
   j["cases"] = s.cases;
@@ -155,6 +163,7 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
     j["resume"] = {{"next", s.next}, {"pending", s.pending}};
   }
   if (s.resumed > 0) j["resumed"] = s.resumed;
+  if (!s.steering.empty()) j["steering"] = nlohmann::json::parse(s.steering);
   return j;
 }
 
@@ -203,6 +212,7 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
       j.at("resume").at("pending").get_to(s.pending);
     }
     s.resumed = j.value("resumed", 0);
+    if (j.contains("steering")) s.steering = j.at("steering").dump();
     if (j.contains("failures"))
       for (const nlohmann::json& f : j.at("failures")) {
         FuzzFailure failure{f.value("index", std::int64_t{0}),
@@ -252,6 +262,14 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
   if (const auto ops = s.counts.find("op"); ops != s.counts.end()) {
     out << "  cases per op:";
     for (const auto& [op, n] : ops->second) out << " " << op << " " << n;
+    // Those the backend took (not declined): what the budget actually checked.
+    const auto reached = s.counts.find("reached");
+    out << "\n  reached the backend per op:";
+    for (const auto& [op, n] : ops->second) {
+      const std::int64_t took =
+          reached == s.counts.end() || !reached->second.count(op) ? 0 : reached->second.at(op);
+      out << " " << op << " " << took << "/" << n;
+    }
     out << "\n";
   }
   {  // every class, reached or not: a 0 is a gap in the generators
@@ -300,6 +318,10 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
     }
     out << "\n";
   }
+  if (!s.steering.empty())
+    out << "  steering: "
+        << describe(steering_from_json(nlohmann::json::parse(s.steering), props::GenOptions{}))
+        << "\n";
   const SupportTally support = support_tally(s);
   out << "  supported: " << support.supported_combinations << " of " << support.combinations
       << " flag combinations seen";

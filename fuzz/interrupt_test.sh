@@ -3,7 +3,8 @@
 # CTest: SIGTERM, SIGINT and SIGHUP end a fuzz run with fuzz.json and junit.xml written and exit
 # status 128 + the signal; the same command resumes it, and the resumed run's cases and failing
 # cases are those of a run never interrupted; other arguments are refused (exit 2) until
-# --fresh; an isolated backend's worker in a call that never returns does not hold the end up.
+# --fresh; an isolated backend's worker in a call that never returns does not hold the end up,
+# and a run killed outright takes its workers along.
 # Usage: interrupt_test.sh MLAROPE_BINARY HANG_PLUGIN
 set -uo pipefail
 mlarope=$1
@@ -98,4 +99,17 @@ j = json.load(open(sys.argv[1]))
 assert j["cases"] == 2 and [f["index"] for f in j["failures"]] == [0, 1], j["failures"]
 assert all(f["checks"][0]["check"] == "timeout" for f in j["failures"])
 PY
+# A run killed outright (SIGKILL: no handler runs) takes its worker processes along.
+"$mlarope" "${hang[@]}" --fresh --call-timeout 60 >/dev/null 2>&1 &
+pid=$!
+sleep 1
+workers=$(pgrep -P "$pid")
+[ -n "$workers" ] || fail "SIGKILL: the run has no worker process to orphan"
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+sleep 0.5
+for worker in $workers; do  # gone, or a zombie its new parent has not reaped yet
+  state=$(ps -o stat= -p "$worker" 2>/dev/null)
+  [ -z "$state" ] || [[ $state == Z* ]] || fail "SIGKILL: worker $worker outlived its run ($state)"
+done
 echo "interrupt_test.sh: signals end, resume and refuse as expected"

@@ -76,7 +76,10 @@ if __name__ != "__main__":
         # Every case once per BLOCK_H; the two findings are declined by name (tested below).
         from megatron_fused import FUZZ_NARROWING  # what the kernels can take
 
-        args = dict(cases=budget(90), seed=1, out=str(tmp_path), size=30, **FUZZ_NARROWING)
+        # steer=False: the budget here was sized for even draws
+        args = dict(
+            cases=budget(90), seed=1, out=str(tmp_path), size=30, steer=False, **FUZZ_NARROWING
+        )
         result = run("fuzz", json.dumps(args), root=release_root)
         show(capsys, f"megatron-core {result['version']} fused MLA kernels, interpreter", result)
         assert result["failing_cases"] == 0, result["summary"]

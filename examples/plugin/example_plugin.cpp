@@ -11,6 +11,7 @@
 //   MLAROPE_EXAMPLE_OVERREAD             also reads the byte just past the last element of a
 //                                        rope call's activation: the checks' guards stop it in
 //                                        sanitizer builds (harness/checks/asan_guards.h);
+//   MLAROPE_EXAMPLE_THD_ONLY             declines every SBHD call: a kernel of packed sequences;
 //   MLAROPE_EXAMPLE_FAULT_ON_CALL=N      fails its Nth call in a process, as a kernel under
 //   with MLAROPE_EXAMPLE_CRASH, _HANG    development does: a null-pointer store (SIGSEGV), a
 //   or _ABORT                            call that never returns, or abort() (SIGABRT); the
@@ -187,6 +188,12 @@ int kv_split_backward_entry(const mlarope_call* c) {
 }
 
 int supports(const mlarope_call* c, const char** reason) {
+#if defined(MLAROPE_EXAMPLE_THD_ONLY)
+  if (c->tokens != MLAROPE_TOKENS_THD) {
+    *reason = "THD only";
+    return 0;
+  }
+#endif
 #if defined(MLAROPE_EXAMPLE_DECLINE_THD_INVERSE)
   if (c->tokens == MLAROPE_TOKENS_THD && c->inverse) {
     *reason = "THD with inverse";

@@ -42,6 +42,9 @@ struct Backend {
   std::function<std::vector<ModelLaunchStats>()> take_model_stats;
   /// Optional: make the calls that follow run the named variant (FuzzOptions::variants).
   std::function<void(const std::string& variant)> select_variant;
+  /// Optional: whether the backend computes the case's call, asked without computing it: "" when
+  /// it does, else why not (what its Unsupported would say). The fuzz steers its draws with it.
+  std::function<std::string(const Case& c)> supports;
   /// Optional: told how long the reference took on a case, before the backend's first call of
   /// it (a watched backend in a worker process derives its call time limit from it).
   std::function<void(double reference_seconds)> expect_time;

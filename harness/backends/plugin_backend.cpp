@@ -112,14 +112,16 @@ struct Library {
 };
 
 // Run `call` through `entry`: Unsupported when the plugin declines it or lacks the op, Error
-// (with the plugin's own message) when the call fails.
-void run(const Library& lib, int (*entry)(const mlarope_call*), const mlarope_call& call) {
+// (with the plugin's own message) when the call fails. A probe stops after `supports`.
+void run(const Library& lib, int (*entry)(const mlarope_call*), const mlarope_call& call,
+         bool probe) {
   const std::string what =
       std::string(to_string(static_cast<Op>(call.op))) + (call.in_place ? " in place" : "");
   if (entry == nullptr) throw Unsupported(what + " is not provided by plugin " + lib.table->name);
   const char* reason = nullptr;
   if (lib.table->supports && lib.table->supports(&call, &reason) == 0)
     throw Unsupported(what + ": " + (reason ? reason : "declined by the plugin"));
+  if (probe) return;
   if (entry(&call) != 0) {
     const char* message = lib.table->last_error ? lib.table->last_error() : nullptr;
     throw Error("plugin " + std::string(lib.table->name) + ", " + what +
@@ -164,10 +166,13 @@ std::shared_ptr<Library> open_library(const std::string& path) {
   return lib;
 }
 
-// A loaded plugin, and for a CUDA-memory plugin the stream its calls are given.
+// A loaded plugin, and for a CUDA-memory plugin the stream its calls are given. A probe asks
+// `supports` only (on the host views, whose arrays it must not read: a CUDA plugin's never
+// could) and computes nothing.
 struct Plugin {
   std::shared_ptr<Library> lib;
   std::shared_ptr<Stream> stream;  ///< null for a host-memory plugin
+  bool probe = false;
 };
 
 // The views of a call as the plugin takes them: the host views, or device copies (DeviceMirror).
@@ -187,22 +192,19 @@ struct Placer {
 // plugin) on device copies, on the plugin's stream, with the outputs copied back after it.
 template <class Build>
 void run_placed(const Plugin& p, int (*entry)(const mlarope_call*), Build build) {
-  if (!p.stream) return run(*p.lib, entry, build(Placer{}));
+  if (!p.stream || p.probe) return run(*p.lib, entry, build(Placer{}), p.probe);
   DeviceMirror mirror;
   mlarope_call call = build(Placer{&mirror});
   call.memory = MLAROPE_MEMORY_CUDA;
   call.stream = p.stream->native_handle();
-  run(*p.lib, entry, call);
+  run(*p.lib, entry, call, false);
   p.stream->synchronize();
   mirror.copy_back();
 }
 
-}  // namespace
-
-Backend plugin_backend(const std::string& path) {
-  Plugin p{open_library(path), nullptr};
+// The plugin's calls as a Backend (a probe: its `supports` only).
+Backend calls_of(const Plugin& p) {
   const mlarope_plugin* t = p.lib->table;
-  if (t->memory == MLAROPE_MEMORY_CUDA) p.stream = std::make_shared<Stream>(Stream::cuda());
   Backend b;
   b.name = std::string("plugin:") + t->name;
   b.rope = [p, t](const RopeCall& c) {
@@ -246,6 +248,26 @@ Backend plugin_backend(const std::string& path) {
       return kv_call(MLAROPE_OP_KV_SPLIT_BACKWARD, at(c.grad_key, false), at(c.grad_value, false),
                      at(c.grad_kv, true), at(c.grad_k_pe, true), at.args(c.args));
     });
+  };
+  return b;
+}
+
+}  // namespace
+
+Backend plugin_backend(const std::string& path) {
+  Plugin p{open_library(path), nullptr};
+  if (p.lib->table->memory == MLAROPE_MEMORY_CUDA)
+    p.stream = std::make_shared<Stream>(Stream::cuda());
+  Backend b = calls_of(p);
+  Plugin probe = p;
+  probe.probe = true;
+  b.supports = [probes = calls_of(probe)](const Case& c) {
+    try {
+      run_case(c, probes);
+    } catch (const Unsupported& e) {
+      return std::string(e.what());
+    }
+    return std::string();
   };
   return b;
 }

@@ -159,6 +159,11 @@ Backend watched(Backend b, CallWatch& w) {
   b.kv_split = watch_call(std::move(b.kv_split), w, "kv_split");
   b.kv_split_backward = watch_call(std::move(b.kv_split_backward), w, "kv_split_backward");
   b.yarn_tables = watch_call(std::move(b.yarn_tables), w, "yarn_tables");
+  if (b.supports)
+    b.supports = [f = std::move(b.supports), &w](const Case& c) {
+      CallScope scope(w, "supports");
+      return f(c);
+    };
   if (b.select_variant)
     b.select_variant = [f = std::move(b.select_variant), &w](const std::string& v) {
       CallScope scope(w, "select_variant");

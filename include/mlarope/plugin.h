@@ -93,7 +93,10 @@ typedef struct mlarope_plugin {
   int32_t memory;
   int32_t reserved;
   /* 1: the plugin computes this call; 0: it does not, and *reason (a static string) says
-   * why, e.g. "THD with inverse". NULL: every call of the ops below is supported. */
+   * why, e.g. "THD with inverse". NULL: every call of the ops below is supported. It decides
+   * from the call's fields, shapes, strides and dtypes and reads no array: the fuzz asks it
+   * before computing anything, to steer its draws, and a CUDA plugin's arrays are on the
+   * device. */
   int (*supports)(const mlarope_call* call, const char** reason);
   /* One entry per op family; NULL: not provided. 0 on success; otherwise the call failed and
    * last_error() says why. */

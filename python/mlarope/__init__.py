@@ -258,6 +258,7 @@ def fuzz(
     quiet: bool = False,
     isolate: bool = True,
     call_timeout: float = 0.0,
+    steer: bool = True,
 ) -> dict:
     """Random cases through every check against ``backend`` (see the module docstring).
 
@@ -266,7 +267,9 @@ def fuzz(
     ``call_timeout`` seconds (0: 30 s + 1000 x the reference's time on the case) is a failing
     case, "crash" or "timeout", with the worker's stderr (faulthandler's Python stack) in its
     directory, and the fuzz goes on with a new worker. ``isolate=False`` runs it in this
-    process: faster, and a crash ends the interpreter.
+    process: faster, and a crash ends the interpreter. ``steer`` (default) first offers drawn
+    cases to ``supports`` and draws 7 cases in 8 from what it took (docs/check-your-kernel.md);
+    ``steer=False`` draws evenly.
 
     Stops after ``seconds`` or ``cases`` (60 s when neither is given). ``ops``, ``dtypes``
     (activations), ``table_dtypes`` (each of "f32", "bf16", "f16"), ``in_place=False`` and
@@ -299,6 +302,7 @@ def fuzz(
         bool(quiet),
         bool(isolate),
         float(call_timeout),
+        bool(steer),
     )
     if result["failing_cases"]:
         first = result["failures"][0]

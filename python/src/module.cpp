@@ -71,8 +71,13 @@ py::array array_of(const BasicTensorView<Void>& v, bool writable) {
     shape.push_back(v.shape[i]);
     strides.push_back(static_cast<py::ssize_t>(v.strides[i] * static_cast<std::int64_t>(size)));
   }
-  const py::capsule no_owner(v.data, [](void*) {});
-  py::array a(d, shape, strides, const_cast<void*>(static_cast<const void*>(v.data)), no_owner);
+  // An empty tensor may have no storage (a case's array before the checks lay it out); a
+  // capsule needs an address all the same, and no element of it is ever read.
+  static char no_storage;
+  void* data = v.data != nullptr ? const_cast<void*>(static_cast<const void*>(v.data))
+                                 : static_cast<void*>(&no_storage);
+  const py::capsule no_owner(data, [](void*) {});
+  py::array a(d, shape, strides, data, no_owner);
   if (!writable) a.attr("setflags")(py::arg("write") = false);
   return a;
 }
@@ -313,8 +318,10 @@ py::object call_object(Op op, bool in_place, std::vector<py::array> inputs,
 }
 
 // Call `method` of the backend on `call`: Unsupported when it is missing or `supports` declines;
-// a Python exception becomes a failure of the case, its traceback kept in the message.
-void call_python(const py::object& backend, const char* method, const py::object& call) {
+// a Python exception becomes a failure of the case, its traceback kept in the message. A probe
+// stops after `supports`.
+void call_python(const py::object& backend, const char* method, const py::object& call,
+                 bool probe) {
   const std::string what = std::string(call.attr("op").cast<std::string>()) +
                            (call.attr("in_place").cast<bool>() ? " in place" : "");
   if (!py::hasattr(backend, method))
@@ -330,6 +337,7 @@ void call_python(const py::object& backend, const char* method, const py::object
       }
       if (!verdict.cast<bool>()) throw harness::Unsupported(what + ": " + reason);
     }
+    if (probe) return;
     backend.attr(method)(call);
   } catch (py::error_already_set& e) {
     std::string trace = e.what();
@@ -342,9 +350,22 @@ void call_python(const py::object& backend, const char* method, const py::object
   }
 }
 
-harness::Backend python_backend(const std::shared_ptr<py::object>& b, const std::string& name) {
+// The backend's methods as a harness Backend; a probe's calls ask `supports` only (the fuzz's
+// steering), and the other one's `supports` is such a probe.
+harness::Backend python_backend(const std::shared_ptr<py::object>& b, const std::string& name,
+                                bool probe = false) {
   harness::Backend out;
   out.name = name;
+  if (!probe)
+    out.supports = [probes = std::make_shared<harness::Backend>(python_backend(b, name, true))](
+                       const harness::Case& c) {
+      try {
+        harness::run_case(c, *probes);
+      } catch (const harness::Unsupported& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
   bool has_variants = false;
   {
     py::gil_scoped_acquire gil;  // the fuzz makes its backends with the GIL released
@@ -355,50 +376,56 @@ harness::Backend python_backend(const std::shared_ptr<py::object>& b, const std:
       py::gil_scoped_acquire gil;
       b->attr("select_variant")(variant);
     };
-  out.rope = [b](const RopeCall& c) {
+  out.rope = [b, probe](const RopeCall& c) {
     py::gil_scoped_acquire gil;
     call_python(*b, "rope",
                 call_object(Op::rope, false, {array_of(c.t, false)}, {array_of(c.out, true)},
                             c.args.nope_dim, c.args.emb_dim, 0, 0, c.args.rotation,
-                            c.args.positions, c.args.status, c.t.dtype));
+                            c.args.positions, c.args.status, c.t.dtype),
+                probe);
   };
-  out.rope_inplace = [b](const RopeInplaceCall& c) {
+  out.rope_inplace = [b, probe](const RopeInplaceCall& c) {
     py::gil_scoped_acquire gil;
     const py::array t = array_of(c.t, true);
     call_python(*b, "rope",
                 call_object(Op::rope, true, {t}, {t}, c.args.nope_dim, c.args.emb_dim, 0, 0,
-                            c.args.rotation, c.args.positions, c.args.status, c.t.dtype));
+                            c.args.rotation, c.args.positions, c.args.status, c.t.dtype),
+                probe);
   };
-  out.rope_backward = [b](const RopeBackwardCall& c) {
+  out.rope_backward = [b, probe](const RopeBackwardCall& c) {
     py::gil_scoped_acquire gil;
     call_python(*b, "rope",
                 call_object(Op::rope_backward, false, {array_of(c.grad_out, false)},
                             {array_of(c.grad_t, true)}, c.args.nope_dim, c.args.emb_dim, 0, 0,
-                            c.args.rotation, c.args.positions, c.args.status, c.grad_out.dtype));
+                            c.args.rotation, c.args.positions, c.args.status, c.grad_out.dtype),
+                probe);
   };
-  out.rope_backward_inplace = [b](const RopeBackwardInplaceCall& c) {
+  out.rope_backward_inplace = [b, probe](const RopeBackwardInplaceCall& c) {
     py::gil_scoped_acquire gil;
     const py::array g = array_of(c.grad, true);
     call_python(*b, "rope",
                 call_object(Op::rope_backward, true, {g}, {g}, c.args.nope_dim, c.args.emb_dim, 0,
-                            0, c.args.rotation, c.args.positions, c.args.status, c.grad.dtype));
+                            0, c.args.rotation, c.args.positions, c.args.status, c.grad.dtype),
+                probe);
   };
-  out.kv_split = [b](const KvSplitCall& c) {
+  out.kv_split = [b, probe](const KvSplitCall& c) {
     py::gil_scoped_acquire gil;
     call_python(*b, "kv_split",
                 call_object(Op::kv_split, false, {array_of(c.kv, false), array_of(c.k_pe, false)},
                             {array_of(c.key, true), array_of(c.value, true)}, 0, c.args.emb_dim,
                             c.args.k_dim, c.args.v_dim, c.args.rotation, c.args.positions,
-                            c.args.status, c.kv.dtype));
+                            c.args.status, c.kv.dtype),
+                probe);
   };
-  out.kv_split_backward = [b](const KvSplitBackwardCall& c) {
+  out.kv_split_backward = [b, probe](const KvSplitBackwardCall& c) {
     py::gil_scoped_acquire gil;
     call_python(*b, "kv_split_backward",
                 call_object(Op::kv_split_backward, false,
                             {array_of(c.grad_key, false), array_of(c.grad_value, false)},
                             {array_of(c.grad_kv, true), array_of(c.grad_k_pe, true)}, 0,
                             c.args.emb_dim, c.args.k_dim, c.args.v_dim, c.args.rotation,
-                            c.args.positions, c.args.status, c.grad_key.dtype));
+                            c.args.positions, c.args.status, c.grad_key.dtype),
+                probe);
   };
   return out;
 }
@@ -445,12 +472,13 @@ py::dict fuzz(const py::object& backend, double seconds, std::int64_t cases, std
               const std::vector<std::string>& table_dtypes, bool in_place,
               const std::string& layouts, bool position_ids, bool seq_offsets, bool packed,
               bool power_of_two_dims, const std::string& out, int size, bool quiet, bool isolate,
-              double call_timeout) {
+              double call_timeout, bool steer) {
   harness::FuzzOptions o;
   o.isolation = isolate ? harness::FuzzOptions::Isolation::process
                         : harness::FuzzOptions::Isolation::in_process;
   o.call_limit.seconds = call_timeout;
   o.fork_hooks = python_fork_hooks();
+  o.steer = steer;
   o.seconds = seconds;
   o.cases = cases;
   o.seed = seed;

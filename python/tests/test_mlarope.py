@@ -118,7 +118,7 @@ def test_check_replays_a_repro_on_any_backend(tmp_path):
     with pytest.raises(mlarope.FuzzFailure) as failure:
         mlarope.fuzz(
             NumpyRope(drop_inverse=True),
-            cases=8000,
+            cases=1000,
             ops=["rope"],
             seed=7,
             out=str(tmp_path),
@@ -134,14 +134,22 @@ def test_check_replays_a_repro_on_any_backend(tmp_path):
 
 
 def test_fuzz_narrowed_to_what_a_backend_provides(tmp_path):
+    # The flags alone (steer=False): what they keep out is not drawn at all.
     wide = mlarope.fuzz(
-        NumpyRope(), cases=3000, ops=["rope"], seed=5, out=str(tmp_path / "wide"), quiet=True
+        NumpyRope(),
+        cases=3000,
+        ops=["rope"],
+        seed=5,
+        out=str(tmp_path / "wide"),
+        quiet=True,
+        steer=False,
     )
     narrow = mlarope.fuzz(
         NumpyRope(),
         cases=3000,
         ops=["rope"],
         seed=5,
+        steer=False,
         dtypes=["f32"],
         table_dtypes=["f32"],
         in_place=False,
@@ -171,7 +179,7 @@ def test_bad_input_is_a_named_error():
 
 def test_a_numpy_kernel_fuzzes_clean_and_the_declined_calls_are_counted(tmp_path):
     result = mlarope.fuzz(
-        NumpyRope(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True
+        NumpyRope(), cases=1000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True
     )
     assert result["failing_cases"] == 0
     assert "not supported (declined cases" in result["summary"]
@@ -183,7 +191,7 @@ def test_a_kernel_that_drops_inverse_fails_with_a_loadable_repro(tmp_path):
     with pytest.raises(mlarope.FuzzFailure) as failure:
         mlarope.fuzz(
             NumpyRope(drop_inverse=True),
-            cases=8000,
+            cases=1000,
             ops=["rope"],
             seed=7,
             out=str(tmp_path),
@@ -201,7 +209,7 @@ def test_a_python_exception_is_a_failing_case_with_its_traceback(tmp_path):
     with pytest.raises(mlarope.FuzzFailure, match="broken on purpose") as failure:
         mlarope.fuzz(
             NumpyRope(raise_on_call=True),
-            cases=8000,
+            cases=1000,
             ops=["rope"],
             seed=7,
             out=str(tmp_path),
@@ -218,20 +226,20 @@ class WritesItsInput(NumpyRope):
 def test_a_kernel_writing_its_input_fails(tmp_path):
     with pytest.raises(mlarope.FuzzFailure, match="read-only"):
         mlarope.fuzz(
-            WritesItsInput(), cases=8000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True
+            WritesItsInput(), cases=1000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True
         )
 
 
 def test_the_docs_example_fuzzes_clean(tmp_path):
-    result = mlarope.fuzz(MyRope(), ops=["rope"], cases=8000, out=str(tmp_path), quiet=True)
+    result = mlarope.fuzz(MyRope(), ops=["rope"], cases=1000, out=str(tmp_path), quiet=True)
     assert result["failing_cases"] == 0 and "rope: not my kernel's case" in result["summary"]
 
 
 def test_the_pytest_fixture_fuzzes_into_tmp_path(mlarope_fuzz, tmp_path):
-    result = mlarope_fuzz(MyRope(), ops=["rope"], cases=2000)
+    result = mlarope_fuzz(MyRope(), ops=["rope"], cases=500)
     assert result["failing_cases"] == 0 and result["out"].startswith(str(tmp_path))
     with pytest.raises(mlarope.FuzzFailure, match="repro: " + str(tmp_path)):
-        mlarope_fuzz(NumpyRope(drop_inverse=True), ops=["rope"], cases=8000)
+        mlarope_fuzz(NumpyRope(drop_inverse=True), ops=["rope"], cases=1000)
 
 
 class VariantRope(NumpyRope):
@@ -255,11 +263,11 @@ class VariantRope(NumpyRope):
 def test_each_case_runs_once_per_variant_and_a_failure_names_its_variant(tmp_path):
     backend = VariantRope()
     with pytest.raises(mlarope.FuzzFailure) as failure:
-        mlarope.fuzz(backend, cases=4000, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
+        mlarope.fuzz(backend, cases=500, ops=["rope"], seed=7, out=str(tmp_path), quiet=True)
     result = failure.value.result
-    assert result["cases"] == 8000  # every case in both variants
+    assert result["cases"] == 1000  # every case in both variants
     exact, dropped = (
-        re.search(rf"{name} 4000/(\d+)", result["summary"]) for name in ("exact", "drops_inverse")
+        re.search(rf"{name} 500/(\d+)", result["summary"]) for name in ("exact", "drops_inverse")
     )
     assert exact and exact.group(1) == "0", result["summary"]
     assert dropped and int(dropped.group(1)) == result["failing_cases"] > 0, result["summary"]
@@ -306,7 +314,9 @@ class Drawn:
 
 def test_narrowing_draws_only_what_a_triton_kernel_can_take(tmp_path):
     narrow = dict(position_ids=False, seq_offsets=False, packed=False, power_of_two_dims=True)
-    drawn = Drawn()  # in this process (isolate=False), where the test reads what it recorded
+    # In this process (isolate=False), where the test reads what Drawn recorded; the flags
+    # alone (steer=False: steering would only probe these same draws).
+    drawn = Drawn()
     mlarope.fuzz(
         drawn,
         cases=2000,
@@ -315,6 +325,7 @@ def test_narrowing_draws_only_what_a_triton_kernel_can_take(tmp_path):
         out=str(tmp_path),
         quiet=True,
         isolate=False,
+        steer=False,
         **narrow,
     )
     assert drawn.broken == set()
@@ -333,6 +344,7 @@ def test_narrowing_draws_only_what_a_triton_kernel_can_take(tmp_path):
             out=str(tmp_path),
             quiet=True,
             isolate=False,
+            steer=False,
             **flipped,
         )
         assert drawn.broken == {option}, option
