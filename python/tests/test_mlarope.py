@@ -314,28 +314,11 @@ class Drawn:
 
 def test_narrowing_draws_only_what_a_triton_kernel_can_take(tmp_path):
     narrow = dict(position_ids=False, seq_offsets=False, packed=False, power_of_two_dims=True)
-    # In this process (isolate=False), where the test reads what Drawn recorded; the flags
-    # alone (steer=False: steering would only probe these same draws).
-    drawn = Drawn()
-    mlarope.fuzz(
-        drawn,
-        cases=2000,
-        ops=["rope"],
-        seed=3,
-        out=str(tmp_path),
-        quiet=True,
-        isolate=False,
-        steer=False,
-        **narrow,
-    )
-    assert drawn.broken == set()
-    with open(tmp_path / "fuzz.json") as f:
-        written = json.load(f)
-    assert {k: written[k] for k in narrow} == narrow
-    # Each option flipped back draws what it kept out (so each is what kept it out).
-    for option, value in narrow.items():
+
+    def drawn_under(**options):
+        # In this process (isolate=False), where the test reads what Drawn recorded; the flags
+        # alone (steer=False: steering would only probe these same draws).
         drawn = Drawn()
-        flipped = dict(narrow, **{option: not value})
         mlarope.fuzz(
             drawn,
             cases=2000,
@@ -345,6 +328,14 @@ def test_narrowing_draws_only_what_a_triton_kernel_can_take(tmp_path):
             quiet=True,
             isolate=False,
             steer=False,
-            **flipped,
+            **options,
         )
-        assert drawn.broken == {option}, option
+        return drawn.broken
+
+    assert drawn_under(**narrow) == set()
+    with open(tmp_path / "fuzz.json") as f:
+        written = json.load(f)
+    assert {k: written[k] for k in narrow} == narrow
+    # Each option flipped back draws what it kept out (so each is what kept it out).
+    for option, value in narrow.items():
+        assert drawn_under(**dict(narrow, **{option: not value})) == {option}, option
