@@ -18,6 +18,7 @@
 //                                        worker process the harness runs it in takes the blow.
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -123,6 +124,9 @@ void read_past_the_end(const mlarope_tensor& t) {
 void fault_on_nth_call() {
   static int calls = 0;
   if (++calls != MLAROPE_EXAMPLE_FAULT_ON_CALL) return;
+  // What a kernel says before it dies: the harness keeps it with the failing case.
+  std::fprintf(stderr, "%s: call %d, the planted fault\n", MLAROPE_EXAMPLE_NAME, calls);
+  std::fflush(stderr);
 #if defined(MLAROPE_EXAMPLE_CRASH)
   volatile std::uintptr_t address = 0;  // unknown to the optimiser, which would trap instead
   *reinterpret_cast<volatile int*>(address) = 1;

@@ -37,6 +37,9 @@ dir="$out/$first"
 [ -f "$dir/case.json" ] && [ -f "$dir/report.txt" ] || { echo "fault_test.sh: $dir is not a case"; exit 1; }
 grep -q "replay: .* check $dir --backend plugin:$plugin" "$dir/report.txt" ||
   { echo "fault_test.sh: $dir/report.txt has no replay command"; exit 1; }
+# What the plugin wrote to stderr before the event, kept beside the case.
+grep -q "the planted fault" "$dir/worker_stderr.txt" ||
+  { echo "fault_test.sh: $dir/worker_stderr.txt does not hold the worker's stderr"; exit 1; }
 # The replay, in a worker process too: the same event, a failed check, exit status 1.
 replay=$("$mlarope" check "$dir" --backend "plugin:$plugin" "$@" 2>&1)
 status=$?
