@@ -35,6 +35,8 @@ std::vector<ModelLaunchStats> take_model_stats(Stream& stream) {
   return host ? host->take_model_stats() : std::vector<ModelLaunchStats>{};
 }
 
+std::vector<std::string> model_kernel_paths() { return host::kernel_paths(); }
+
 Stream Stream::from_impl(std::unique_ptr<detail::StreamImpl> impl) {
   return Stream(std::move(impl));
 }

@@ -645,7 +645,8 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   if (earlier) stats = *earlier;
   for (const Worker& w : workers) stats.merge(w.stats);
   stats.seconds = before + std::chrono::duration<double>(Clock::now() - start).count();
-  if (options.steer) stats.steering = to_json(run.steering).dump();
+  // Our own backends take every draw and are never probed: nothing to say of steering there.
+  if (options.steer && run.steering.probes > 0) stats.steering = to_json(run.steering).dump();
   stats.interrupted.clear();
   if (earlier) ++stats.resumed;
   if (run.interrupted()) {

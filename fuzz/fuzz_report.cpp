@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "fuzz/fuzz.h"
@@ -12,6 +14,42 @@
 
 namespace mlarope::harness {
 namespace {
+
+// The kernel paths of one op the GPU model saw launched: each of its variants in each
+// activation dtype its launches used (mlarope::model_kernel_paths), with their launches, 0
+// where a path was never taken.
+struct OpPaths {
+  std::string op;
+  std::vector<std::pair<std::string, std::int64_t>> launches;  // by path name
+  // The least-run path's launches over the busiest's (0 when a path was never taken).
+  double least_share() const {
+    std::int64_t least = launches.empty() ? 0 : launches.front().second, most = 0;
+    for (const auto& [path, n] : launches) least = std::min(least, n), most = std::max(most, n);
+    return most > 0 ? static_cast<double>(least) / static_cast<double>(most) : 0.0;
+  }
+};
+
+std::vector<OpPaths> path_coverage(const FuzzStats& s) {
+  const auto op_of = [](const std::string& path) { return path.substr(0, path.find('/')); };
+  const auto dtype_of = [](const std::string& path) { return path.substr(path.rfind('/') + 1); };
+  std::set<std::string> seen;  // "op/dtype" of every launch
+  for (const auto& [kernel, t] : s.model)
+    if (kernel.find('/') != std::string::npos && t.launches > 0)
+      seen.insert(op_of(kernel) + "/" + dtype_of(kernel));
+  std::map<std::string, OpPaths> by_op;
+  for (const std::string& path : model_kernel_paths()) {
+    if (path.find('/') == std::string::npos || seen.count(op_of(path) + "/" + dtype_of(path)) == 0)
+      continue;
+    OpPaths& op = by_op[op_of(path)];
+    op.op = op_of(path);
+    const auto found = s.model.find(path);
+    op.launches.emplace_back(path, found == s.model.end() ? 0 : found->second.launches);
+  }
+  std::vector<OpPaths> ops;
+  ops.reserve(by_op.size());
+  for (auto& [name, op] : by_op) ops.push_back(std::move(op));
+  return ops;
+}
 
 // What a run saw of the backend's support: a combination is supported when every case of it ran.
 // Partly: some of its cases ran and some were declined (say, by their CP or offsets).
@@ -137,6 +175,13 @@ nlohmann::json to_json(const FuzzStats& s, const FuzzOptions& o) {
                      {"round_trips", t.round_trips},
                      {"predicted_h200_seconds", t.predicted_seconds}};
   if (!s.model.empty()) j["gpu_model"] = model;
+  nlohmann::json paths;
+  for (const OpPaths& op : path_coverage(s)) {
+    nlohmann::json launches;
+    for (const auto& [path, n] : op.launches) launches[path] = n;
+    paths[op.op] = {{"launches", launches}, {"least_share", op.least_share()}};
+  }
+  if (!paths.empty()) j["kernel_paths"] = paths;
   const SupportTally support = support_tally(s);
   j["support"] = {{"combinations", support.combinations},
                   {"supported_combinations", support.supported_combinations},
@@ -232,6 +277,27 @@ FuzzStats stats_from_json(const nlohmann::json& j) {
   return s;
 }
 
+// Per op, the least-run kernel path against the busiest: a campaign that leaves a path with
+// few launches has barely checked it, whatever its case count.
+void print_path_coverage(std::ostream& out, const std::vector<OpPaths>& ops) {
+  if (ops.empty()) return;
+  out << "  kernel paths, the least-run of each op against its busiest (launches):";
+  for (const OpPaths& op : ops) {
+    const auto by_launches = [](const auto& a, const auto& b) { return a.second < b.second; };
+    const auto& [least, least_n] =
+        *std::min_element(op.launches.begin(), op.launches.end(), by_launches);
+    const auto& [most, most_n] =
+        *std::max_element(op.launches.begin(), op.launches.end(), by_launches);
+    char item[256];
+    std::snprintf(item, sizeof item, "%s: %zu paths, %s %lld = %.2f of %s %lld%s", op.op.c_str(),
+                  op.launches.size(), least.c_str(), static_cast<long long>(least_n),
+                  op.least_share(), most.c_str(), static_cast<long long>(most_n),
+                  op.least_share() < 0.1 ? " (under a tenth)" : "");
+    out << "\n    " << item;
+  }
+  out << "\n";
+}
+
 std::string summary(const FuzzStats& s, const FuzzOptions& o) {
   std::ostringstream out;
   char rate[96];
@@ -318,6 +384,7 @@ std::string summary(const FuzzStats& s, const FuzzOptions& o) {
     }
     out << "\n";
   }
+  print_path_coverage(out, path_coverage(s));
   if (!s.steering.empty())
     out << "  steering: "
         << describe(steering_from_json(nlohmann::json::parse(s.steering), props::GenOptions{}))

@@ -170,6 +170,59 @@ Gen<CaseSpec> head(const GenOptions& o) {
                gen::noShrink(gen::resize(100, gen::arbitrary<std::uint64_t>()))));
 }
 
+// How a draw is shaped for the kernels' vector paths (GenOptions::vector_path_share): the
+// dispatcher (cuda/launch/dispatch.h) takes them for emb_dim a multiple of 8, one of
+// Megatron's four layout modes and every rope slice access 16-byte aligned; the staged
+// in-place path also needs MLA's layout change. The dims are the drawn ones rounded, never
+// replaced, so that a failing case still shrinks to small dims.
+struct PathShape {
+  bool on = false;
+  bool power_of_two = false;  ///< dims rounded down to powers of two rather than to 8
+  I mode = 0;                 ///< which of Megatron's modes, out of place
+  bool in_place = false;      ///< rope ops: in place, MLA's layout change
+};
+
+Gen<PathShape> path_shape(int share) {
+  return gen::build<PathShape>(
+      gen::set(&PathShape::on, sometimes(static_cast<std::size_t>(std::clamp(share, 0, 100)))),
+      gen::set(&PathShape::power_of_two, sometimes(50)), gen::set(&PathShape::mode, uniform(0, 3)),
+      gen::set(&PathShape::in_place, sometimes(67)));
+}
+
+I multiple_of_8(I x) { return x - x % 8; }
+
+// The largest power of two not above n (n itself when 0).
+I power_of_two_floor(I n) {
+  I p = 1;
+  while (p * 2 <= n) p *= 2;
+  return n > 0 ? p : 0;
+}
+
+// `s` with the path shape applied: everything a multiple of 8 elements is 16 bytes in every
+// activation and table dtype (2 or 4 bytes). The options apply after, in finish().
+CaseSpec shaped(CaseSpec s, const PathShape& p) {
+  if (!p.on) return s;
+  const auto round = [&p](I x) {
+    return p.power_of_two && x >= 8 ? power_of_two_floor(x) : multiple_of_8(x);
+  };
+  s.nope_dim = round(s.nope_dim);
+  s.emb_dim = std::max<I>(8, round(s.emb_dim));
+  s.k_dim = round(s.k_dim);
+  s.v_dim = round(s.v_dim);
+  s.plan.head_gap = multiple_of_8(s.plan.head_gap);
+  s.plan.row_gap = multiple_of_8(s.plan.row_gap);
+  s.plan.table_gap = multiple_of_8(s.plan.table_gap);
+  s.plan.misalign = false;
+  constexpr PairLayout kI = PairLayout::interleaved, kH = PairLayout::half;
+  static const LayoutTriple modes[4] = {{kI, kH, kH}, {kI, kI, kH}, {kH, kH, kH}, {kI, kI, kI}};
+  const LayoutTriple& mode = modes[p.in_place ? 0 : p.mode];  // MLA first
+  s.in_layout = mode.in_layout;
+  s.out_layout = mode.out_layout;
+  s.table_layout = mode.table_layout;
+  s.in_place = p.in_place;
+  return s;
+}
+
 // The row structure, drawn after the dims.
 struct Rows {
   I seq = 0, batch = 1;
@@ -240,13 +293,6 @@ void finish_thd(CaseSpec& s, const Rows& r, I limit) {
 }
 
 // Make the fields of a drawn spec agree with each other and with the options.
-// The largest power of two not above n (n itself when 0).
-I power_of_two_floor(I n) {
-  I p = 1;
-  while (p * 2 <= n) p *= 2;
-  return n > 0 ? p : 0;
-}
-
 CaseSpec finish(CaseSpec s, const Rows& r, const GenOptions& o, I limit) {
   const bool rope = s.op == Op::rope || s.op == Op::rope_backward;
   if (o.power_of_two_dims) {  // only ever smaller: the element budget still holds
@@ -297,7 +343,11 @@ CaseSpec finish(CaseSpec s, const Rows& r, const GenOptions& o, I limit) {
 }  // namespace
 
 rc::Gen<CaseSpec> case_spec(const GenOptions& o) {
-  return gen::mapcat(head(o), [o](CaseSpec h) {
+  const Gen<CaseSpec> drawn = gen::mapcat(head(o), [o](const CaseSpec& h) {
+    return gen::map(path_shape(o.vector_path_share),
+                    [h](const PathShape& p) { return shaped(h, p); });
+  });
+  return gen::mapcat(drawn, [o](CaseSpec h) {
     h.heads = std::max(h.heads, o.min_heads);
     return gen::withSize([o, h](int size) {
       const I limit = max_rows(h, size);

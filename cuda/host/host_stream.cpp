@@ -29,6 +29,23 @@ std::string kernel_name(const char* op, const char* variant, DType dtype) {
 
 }  // namespace
 
+std::vector<std::string> kernel_paths() {
+  using detail::KvVariant;
+  using detail::RopeVariant;
+  std::vector<std::string> paths;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const char* op : {"rope", "rope_backward"})
+      for (const RopeVariant v : {RopeVariant::chunked_vector, RopeVariant::chunked_scalar,
+                                  RopeVariant::staged_vector, RopeVariant::whole_slice_scalar})
+        paths.push_back(kernel_name(op, variant_name(v), dtype));
+    for (const char* op : {"kv_split", "kv_split_backward"})
+      for (const KvVariant v : {KvVariant::vector, KvVariant::scalar})
+        paths.push_back(kernel_name(op, variant_name(v), dtype));
+  }
+  paths.emplace_back("yarn_tables");
+  return paths;
+}
+
 HostStream::HostStream(const HostStreamOptions& options, const KernelTable& kernels)
     : executor_(options.seed, options.threads), kernels_(&kernels), gpu_model_(options.gpu_model),
       model_block_stride_(options.model_block_stride),

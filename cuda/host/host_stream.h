@@ -18,6 +18,9 @@
 
 namespace mlarope::host {
 
+/// The names HostStream gives its launches under the GPU model (mlarope::model_kernel_paths).
+std::vector<std::string> kernel_paths();
+
 /// A host-backend stream.
 class HostStream : public detail::StreamImpl {
  public:

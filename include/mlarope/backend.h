@@ -226,6 +226,11 @@ CopyPlacement place_copy(const void* host, std::size_t bytes);
 /// `stream` is a host stream with HostStreamOptions::gpu_model).
 std::vector<ModelLaunchStats> take_model_stats(Stream& stream);
 
+/// Every kernel name take_model_stats can report: op/variant/dtype for each op with variants,
+/// each of its variants and each activation dtype, and yarn_tables (the paths a fuzz campaign
+/// should all reach).
+std::vector<std::string> model_kernel_paths();
+
 /// rope out of place on `stream` (docs/semantics.md §4).
 void rope(const RopeCall& call, Stream& stream);
 /// rope in place: writes only the rope slices.
