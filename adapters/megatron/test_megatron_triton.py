@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Megatron's fused MLA Triton kernels on the host, under Triton's interpreter
 (``mlarope.triton``): the fuzz over every autotune config (BLOCK_H 1..128) of 0.16.1 (installed)
-and of 0.19.2 (its cp312 wheel's pure-Python RoPE files, unpacked), and the two findings
-replayed, each with one cause.
+and of 0.19.2 (its cp312 wheel's pure-Python RoPE files, unpacked), and the three findings of
+these kernels replayed, each with one cause (finding 5, the q kernels' in-place race, with the
+race check on, and again with barrier.patch applied to a copy of the release's files).
 
 Each run is a subprocess (``python test_megatron_triton.py fuzz|check ...``): a kernel that
 stores past a guard corrupts the memory of the process it runs in, and then only that test
@@ -118,9 +119,32 @@ if __name__ != "__main__":
             value = next(line for line in report["lines"] if line.startswith("value"))
             assert not report["ok"] and "fail" in value and "got nan" in value, value
 
+    @releases
+    @pytest.mark.parametrize("direction", ["forward", "backward"])
+    def test_finding_5_q_kernels_race_in_place_and_a_barrier_ends_it(release_root, direction):
+        # The q kernels load the rope slice (interleaved pairs forward, halves backward) and
+        # store the other layout over the same bytes with no barrier between: element i's
+        # store lands on bytes element i / 2 loaded. The race check names both lines; with
+        # barrier.patch (a tl.debug_barrier() before the stores) every check passes.
+        case = os.path.join(FINDINGS, "fused_q_in_place_race", direction)
+        # rope_backward runs the forward kernel first (autograd): its barrier alone, so that
+        # the backward kernel is reached.
+        first = "forward-barrier" if direction == "backward" else "as-released"
+        report = run("check-races", case, first, root=release_root)
+        kernel = "rotary_fwd_q_kernel" if direction == "forward" else "rotary_bwd_q_kernel"
+        value = next(line for line in report["lines"] if line.startswith("value"))
+        assert not report["ok"] and f"races: kernel {kernel}, within program" in value, value
+        at = "fused_mla_yarn_rope_apply.py:"
+        assert any(f"stores it at {at}{n}" in value for n in report["store_lines"]), value
+        assert any(f"loads it at {at}{n}" in value for n in report["load_lines"]), value
+        patched = run("check-races", case, "barrier", root=release_root)
+        assert patched["ok"], "\n".join(patched["lines"])
 
-def _backend(findings: bool):
-    """TritonBackend over the fused adapter: the known findings declined by name, or not."""
+
+def _backend(findings: bool, races: bool = False):
+    """TritonBackend over the fused adapter: the known findings declined by name, or not;
+    races checked or not (finding 5: every call of the q kernels races, so the fuzz leaves the
+    check out and the finding's replay runs it)."""
     from megatron_fused import MegatronFusedMLA
     from mlarope import triton as mt
 
@@ -128,7 +152,84 @@ def _backend(findings: bool):
     adapter = MegatronFusedMLA(
         device="cpu", decline_padding=not findings, decline_head_mask=not findings
     )
-    return mt.TritonBackend(adapter)
+    return mt.TritonBackend(adapter, races=races)
+
+
+def _patched_root(patch: str, folder: str, hunks: int | None = None) -> str:
+    """A root for ``MLAROPE_MEGATRON_ROOT``: the loaded release's RoPE files and version with
+    ``patch`` (a unified diff of fused_mla_yarn_rope_apply.py) applied, hunk by hunk (its first
+    ``hunks`` only, when given), each of whose context must be found exactly once."""
+    import shutil
+
+    import megatron_sources
+
+    core = megatron_sources._find_root()
+    version = megatron_sources._version()
+    for sub in ("models/common/embeddings", "fusions"):
+        shutil.copytree(os.path.join(core, sub), os.path.join(folder, "megatron/core", sub))
+    info = os.path.join(folder, f"megatron_core-{version}.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as f:
+        f.write(f"Name: megatron-core\nVersion: {version}\n")
+    target = os.path.join(folder, "megatron/core/fusions/fused_mla_yarn_rope_apply.py")
+    with open(target, encoding="utf-8") as f:
+        text = f.read()
+    with open(patch, encoding="utf-8") as f:
+        patches = f.read().split("\n@@")[1:]
+    for hunk in patches[:hunks]:
+        body = hunk.split("\n")[1:]
+        old = "\n".join(line[1:] for line in body if line[:1] in (" ", "-")) + "\n"
+        new = "\n".join(line[1:] for line in body if line[:1] in (" ", "+")) + "\n"
+        if text.count(old) != 1:
+            raise ValueError(f"{patch}: a hunk's context is found {text.count(old)} times")
+        text = text.replace(old, new)
+    with open(target, "w", encoding="utf-8") as f:
+        f.write(text)
+    return folder
+
+
+def _check_races_main(case_dir: str, files: str) -> int:
+    """Every check of the case with races checked, in one config (BLOCK_H=4), on the loaded
+    release's files ``as-released``, with barrier.patch (``barrier``) or with its forward hunk
+    only (``forward-barrier``); and the source lines of the q kernels' stores and loads that
+    the race report should name."""
+    import mlarope
+
+    if files != "as-released":
+        folder = tempfile.mkdtemp()
+        patch = os.path.join(FINDINGS, "fused_q_in_place_race", "barrier.patch")
+        hunks = {"barrier": None, "forward-barrier": 1}[files]
+        os.environ["MLAROPE_MEGATRON_ROOT"] = _patched_root(patch, folder, hunks)
+    import megatron_sources
+
+    backend = _backend(findings=True, races=True)
+    backend.select_variant("BLOCK_H=4")
+    report = mlarope.check(backend, case_dir)
+    with open(megatron_sources.load_fused().__file__, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    forward = "backward" not in os.path.basename(os.path.normpath(case_dir))
+    tensor, loaded = ("Q", ("x_1", "x_2")) if forward else ("DO", ("x_left", "x_right"))
+    stored = ("x_left_off", "x_right_off") if forward else ("x_1_off", "x_2_off")
+
+    def numbers(starts):  # 1-based numbers of the kernel's first lines that start so
+        return [
+            1 + next(i for i, line in enumerate(lines) if line.strip().startswith(start))
+            for start in starts
+        ]
+
+    store_lines = numbers(f"tl.store({tensor} + {x}," for x in stored)
+    load_lines = numbers(f"{x} = tl.load({tensor} +" for x in loaded)
+    print(
+        json.dumps(
+            {
+                "ok": report["ok"],
+                "lines": [line for _, _, line in report["results"]],
+                "store_lines": store_lines,
+                "load_lines": load_lines,
+            }
+        )
+    )
+    return 0
 
 
 def _fuzz_main(fuzz_args: str) -> int:
@@ -164,5 +265,7 @@ if __name__ == "__main__":
         sys.exit(_fuzz_main(sys.argv[2]))
     if len(sys.argv) == 3 and sys.argv[1] == "check":
         sys.exit(_check_main(sys.argv[2]))
+    if len(sys.argv) == 4 and sys.argv[1] == "check-races":
+        sys.exit(_check_races_main(sys.argv[2], sys.argv[3]))
     print(__doc__)
     sys.exit(2)

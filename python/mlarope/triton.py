@@ -26,6 +26,11 @@ What it adds to a plain Python backend:
   finish fails its case (``TimeoutError``) rather than stalling the run. A single program
   that never returns is not caught.
 - **Versions** of torch and Triton (and what the adapter reports) go into ``fuzz.json``.
+- **Programs in any order**: ``with_order_seed`` runs each launch's programs in a drawn order
+  (the order_independence check), as a GPU may.
+- **Races** (on by default; ``races=False`` leaves them out, ``race_check`` wraps any code):
+  each launch's global accesses
+  are recorded and checked against the rules of ``mlarope._races`` when it ends.
 
 The interpreter's arithmetic is not a GPU's in bf16 (it computes on the raw 16-bit patterns and
 converts f32 to bf16 by truncation), so bf16 calls are declined by name; f32 and f16 follow
@@ -39,6 +44,7 @@ run a campaign in a subprocess (the adapters' tests do) so that a crash fails on
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import sys
@@ -132,7 +138,10 @@ def scratch(shape, dtype, name: str = "scratch"):
         buffer.view(torch.uint8).fill_(0xA5)
     if _live_scratch is not None:
         _live_scratch.append((buffer, guard, count, name, buffer.clone()))
-    return buffer[guard : guard + count].view(shape)
+    tensor = buffer[guard : guard + count].view(shape)
+    if _race_tensors is not None:
+        _race_tensors[f"{name} #{len(_race_tensors)}"] = _byte_range(tensor)
+    return tensor
 
 
 def _check_guards(allocated) -> None:
@@ -189,28 +198,151 @@ def _guarded_allocations():
         _live_scratch = _original_empty = None
 
 
-# ---- the per-call time limit -------------------------------------------------------------------
+# ---- the per-call time limit, the programs' order and the race record ------------------------
 
 _deadline: float | None = None
+_order_seed: int | None = None  # programs of each launch in an order drawn from it; None: in order
+_launches = 0  # launches since the seed was set: each draws its own order
+_permutation = None  # the present launch's order: step -> program, flat
+_race_tensors: dict | None = None  # name -> [lo, hi) bytes, while launches are race-checked
+_launch = None  # the present launch's accesses (mlarope._races.LaunchRecord)
 
 
 def _install_program_hook(triton) -> None:
-    """Check the call's deadline before each program: the interpreter sets the grid index of
-    every program through its one builder, so that is where the grid loop can be stopped."""
+    """Hooks into the interpreter's one builder, through which every program's grid index and
+    every global access go: the call's deadline is checked before each program, the programs
+    run in a drawn order when ``_order_seed`` is set, and while ``_race_tensors`` is set each
+    launch's accesses are recorded and checked for races when it ends (``mlarope._races``)."""
     from triton.runtime import interpreter as interp
 
     builder = interp.interpreter_builder
     if getattr(builder, "_mlarope_hooked", False):
         return
-    set_grid_idx = builder.set_grid_idx
+    set_grid_idx, set_grid_dim = builder.set_grid_idx, builder.set_grid_dim
 
-    def checked(x, y, z):
+    def grid_dim(nx, ny, nz):
+        global _permutation, _launches
+        _permutation = None
+        if _order_seed is not None:
+            _launches += 1
+            rng = np.random.default_rng([_order_seed, _launches])
+            _permutation = rng.permutation(nx * ny * nz)
+        return set_grid_dim(nx, ny, nz)
+
+    def grid_idx(x, y, z):
         if _deadline is not None and time.monotonic() > _deadline:
             raise TimeoutError("the kernel ran past the per-call time limit")
+        _, ny, nz = builder.grid_dim
+        step = (x * ny + y) * nz + z
+        if _permutation is not None:
+            program = int(_permutation[step])
+            x, y, z = program // (ny * nz), (program // nz) % ny, program % nz
+        if _launch is not None:
+            _launch.start_program((x, y, z), step)
         return set_grid_idx(x, y, z)
 
-    builder.set_grid_idx = checked
+    builder.set_grid_dim, builder.set_grid_idx = grid_dim, grid_idx
+    _install_access_hooks(builder, interp)
     builder._mlarope_hooked = True
+
+
+def _element_bytes(ptrs) -> int:
+    return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+
+
+def _install_access_hooks(builder, interp) -> None:
+    from . import _races
+
+    load, store = builder.create_masked_load, builder.create_masked_store
+    rmw, cas, barrier = builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_barrier
+
+    def masked_load(ptrs, mask, *rest):
+        if _launch is not None:
+            _launch.record(_races.LOAD, ptrs.data, mask.data, _element_bytes(ptrs))
+        return load(ptrs, mask, *rest)
+
+    def masked_store(ptrs, value, mask, *rest):
+        if _launch is not None:
+            _launch.record(_races.STORE, ptrs.data, mask.data, _element_bytes(ptrs))
+        return store(ptrs, value, mask, *rest)
+
+    def atomic_rmw(op, ptr, val, mask, *rest):
+        if _launch is not None:
+            _launch.record(_races.ATOMIC, ptr.data, mask.data, _element_bytes(ptr))
+        return rmw(op, ptr, val, mask, *rest)
+
+    def atomic_cas(ptr, *rest):
+        if _launch is not None:
+            _launch.record(_races.ATOMIC, ptr.data, None, _element_bytes(ptr))
+        return cas(ptr, *rest)
+
+    def debug_barrier():
+        if _launch is not None:
+            _launch.barrier()
+        return barrier()
+
+    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
+    builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
+    builder.create_barrier = debug_barrier
+
+    launch_grid = interp.GridExecutor.__call__
+    skip = (os.path.dirname(interp.__file__).rsplit(os.sep, 1)[0], os.path.dirname(__file__))
+
+    def checked_launch(self, *args, **kwargs):
+        global _launch
+        if _race_tensors is None:
+            return launch_grid(self, *args, **kwargs)
+        _launch = _races.LaunchRecord(self.fn.__name__, _race_tensors, skip)
+        try:
+            result = launch_grid(self, *args, **kwargs)
+            found = _launch.find()
+        finally:
+            _launch = None
+        if found:
+            raise _races.RaceFound(found)
+        return result
+
+    interp.GridExecutor.__call__ = checked_launch
+
+
+def _byte_range(a) -> tuple:
+    """[lo, hi) of the bytes a NumPy array or a torch tensor spans."""
+    if isinstance(a, np.ndarray):
+        lo, hi = np.byte_bounds(a)
+        return int(lo), int(hi)
+    size = a.element_size()
+    span = 1 + sum((n - 1) * abs(st) for n, st in zip(a.shape, a.stride())) if a.numel() else 0
+    return int(a.data_ptr()), int(a.data_ptr()) + span * size
+
+
+@contextlib.contextmanager
+def race_check(tensors: dict | None = None):
+    """While the body runs, every launch under the interpreter is recorded and checked for
+    races when it ends (``RaceFound``, an AssertionError naming the check "races", the kernel,
+    the tensor and both source lines). ``tensors`` (name -> array or tensor) names the memory
+    in the reports; tensors allocated during the body are named as guarded scratch."""
+    global _race_tensors
+    interpreter()
+    outer = _race_tensors
+    _race_tensors = {name: _byte_range(t) for name, t in (tensors or {}).items()}
+    try:
+        yield
+    finally:
+        _race_tensors = outer
+
+
+@contextlib.contextmanager
+def program_order(seed: int | None):
+    """While the body runs, the programs of each launch run in an order drawn from ``seed``
+    (each launch its own); None keeps the interpreter's order."""
+    global _order_seed, _launches
+    interpreter()
+    outer = (_order_seed, _launches)
+    _order_seed, _launches = seed, 0
+    try:
+        yield
+    finally:
+        _order_seed, _launches = outer
 
 
 # ---- autotune configs as variants --------------------------------------------------------------
@@ -252,13 +384,16 @@ class TritonBackend:
     what it loaded: versions, files) and ``select_config(name, meta)`` (told each variant's
     meta-parameters, so that it can decline, by name, the calls a known finding of that config
     spoils). ``configs``: names of the variants to run (default: all;
-    ``variants()`` lists them). ``timeout``: seconds a call may run.
+    ``variants()`` lists them). ``timeout``: seconds a call may run. ``races``: check each
+    launch's accesses for races (``RaceFound`` fails the call).
     """
 
-    def __init__(self, adapter, configs=None, timeout: float = 60.0):
+    def __init__(self, adapter, configs=None, timeout: float = 60.0, races: bool = True):
         self.triton = interpreter()
         self.adapter = adapter
         self.timeout = float(timeout)
+        self.races = races
+        self.order_seed = None
         self._tuners = [t for t in map(_autotuner, adapter.kernels()) if t is not None]
         for tuner in self._tuners:  # its own list, before select_variant narrows it to one
             if not hasattr(tuner, "_mlarope_configs"):
@@ -280,12 +415,23 @@ class TritonBackend:
             self._variants = list(configs)
         self.variant = None
         self.select_variant(self._variants[0])
+        self._bind_ops()
+
+    def _bind_ops(self) -> None:
         for method in ("rope", "kv_split", "kv_split_backward"):
-            if hasattr(adapter, method):
-                setattr(self, method, functools.partial(self._run, getattr(adapter, method)))
+            if hasattr(self.adapter, method):
+                setattr(self, method, functools.partial(self._run, getattr(self.adapter, method)))
 
     def variants(self) -> list:
         return list(self._variants)
+
+    def with_order_seed(self, seed: int):
+        """The same backend with the programs of each launch run in an order drawn from
+        ``seed``: the order_independence check requires the same bits."""
+        other = copy.copy(self)
+        other.order_seed = int(seed)
+        other._bind_ops()
+        return other
 
     def select_variant(self, name: str) -> None:
         """Every autotuned kernel runs its config called ``name``; a kernel without one runs its
@@ -327,8 +473,21 @@ class TritonBackend:
     def _run(self, method, call) -> None:
         global _deadline
         _deadline = time.monotonic() + self.timeout
+        checked = race_check(self._call_tensors(call)) if self.races else contextlib.nullcontext()
         try:  # NaN guards and edge values make NumPy warn on every program: not news here
-            with _guarded_allocations(), np.errstate(all="ignore"):
-                method(call)
+            with checked, program_order(self.order_seed), _guarded_allocations():
+                with np.errstate(all="ignore"):
+                    method(call)
         finally:
             _deadline = None
+
+    @staticmethod
+    def _call_tensors(call) -> dict:
+        """The call's arrays by name, for race reports."""
+        named = {}
+        for name in dir(call):
+            if not name.startswith("_"):
+                value = getattr(call, name, None)
+                if isinstance(value, np.ndarray) and value.size:
+                    named[name] = value
+        return named

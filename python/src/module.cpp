@@ -366,15 +366,21 @@ harness::Backend python_backend(const std::shared_ptr<py::object>& b, const std:
       }
       return std::string();
     };
-  bool has_variants = false;
+  bool has_variants = false, has_orders = false;
   {
     py::gil_scoped_acquire gil;  // the fuzz makes its backends with the GIL released
     has_variants = py::hasattr(*b, "select_variant");
+    has_orders = py::hasattr(*b, "with_order_seed");
   }
   if (has_variants)
     out.select_variant = [b](const std::string& variant) {
       py::gil_scoped_acquire gil;
       b->attr("select_variant")(variant);
+    };
+  if (has_orders && !probe)  // the order_independence check's other orders
+    out.with_order_seed = [b, name](std::uint64_t seed) {
+      py::gil_scoped_acquire gil;
+      return python_backend(hold(b->attr("with_order_seed")(seed)), name);
     };
   out.rope = [b, probe](const RopeCall& c) {
     py::gil_scoped_acquire gil;
