@@ -28,6 +28,8 @@ What it adds to a plain Python backend:
 - **Versions** of torch and Triton (and what the adapter reports) go into ``fuzz.json``.
 - **Programs in any order**: ``with_order_seed`` runs each launch's programs in a drawn order
   (the order_independence check), as a GPU may.
+- **Every config the same bits**: a call of an op whose result cannot depend on tiling runs
+  under a second config too and must give identical bits (``config_bitwise``).
 - **Races** (on by default; ``races=False`` leaves them out, ``race_check`` wraps any code):
   each launch's global accesses
   are recorded and checked against the rules of ``mlarope._races`` when it ends.
@@ -50,6 +52,7 @@ import os
 import sys
 import time
 import warnings
+import zlib
 
 import numpy as np
 
@@ -65,6 +68,42 @@ class UnknownTriton(RuntimeError):
 
 class GuardWritten(AssertionError):
     """A kernel stored into the guard of a tensor allocated during its call."""
+
+
+class ConfigsDisagree(AssertionError):
+    """Two autotune configs gave different bits for an op whose result cannot depend on tiling."""
+
+
+def _writable_alias(a: np.ndarray) -> np.ndarray:
+    """A writable array over the same memory as ``a`` (read-only or not)."""
+    import ctypes
+
+    if a.flags.writeable or a.size == 0:
+        return a
+    lo, hi = np.byte_bounds(a)
+    memory = (ctypes.c_char * (hi - lo)).from_address(lo)
+    start = a.__array_interface__["data"][0] - lo
+    return np.ndarray(a.shape, a.dtype, buffer=memory, offset=start, strides=a.strides)
+
+
+def _require_same_bits(first: dict, second: dict, first_config: str, second_config: str):
+    """Raise ConfigsDisagree at the first element (in each array's index order) whose bits
+    differ between the two configs' outputs."""
+    for name in sorted(first):
+        a, b = first[name], np.ascontiguousarray(second[name])
+        width = a.dtype.itemsize
+        bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width]
+        ua, ub = a.reshape(-1).view(bits), b.reshape(-1).view(bits)
+        differ = np.flatnonzero(ua != ub)
+        if differ.size:
+            k = int(differ[0])
+            index = tuple(int(i) for i in np.unravel_index(k, a.shape))
+            raise ConfigsDisagree(
+                f"configs: {first_config} and {second_config} give different bits for "
+                f"'{name}' at {index}: {a.reshape(-1)[k]!r} (0x{int(ua[k]):0{2 * width}x}) vs "
+                f"{b.reshape(-1)[k]!r} (0x{int(ub[k]):0{2 * width}x}), {differ.size} elements "
+                "in all; the op's result cannot depend on how a kernel tiles it"
+            )
 
 
 def interpreter():
@@ -385,14 +424,25 @@ class TritonBackend:
     meta-parameters, so that it can decline, by name, the calls a known finding of that config
     spoils). ``configs``: names of the variants to run (default: all;
     ``variants()`` lists them). ``timeout``: seconds a call may run. ``races``: check each
-    launch's accesses for races (``RaceFound`` fails the call).
+    launch's accesses for races (``RaceFound`` fails the call). ``config_bitwise``: run each
+    call of an op whose result cannot depend on tiling (rope forward or inverse, kv_split)
+    under a second config too, drawn from the call's inputs, and require the same bits
+    (``ConfigsDisagree`` fails the call, naming both configs and the first differing element).
     """
 
-    def __init__(self, adapter, configs=None, timeout: float = 60.0, races: bool = True):
+    def __init__(
+        self,
+        adapter,
+        configs=None,
+        timeout: float = 60.0,
+        races: bool = True,
+        config_bitwise: bool = True,
+    ):
         self.triton = interpreter()
         self.adapter = adapter
         self.timeout = float(timeout)
         self.races = races
+        self.config_bitwise = config_bitwise
         self.order_seed = None
         self._tuners = [t for t in map(_autotuner, adapter.kernels()) if t is not None]
         for tuner in self._tuners:  # its own list, before select_variant narrows it to one
@@ -470,7 +520,54 @@ class TritonBackend:
             )
         return self.adapter.supports(call) if hasattr(self.adapter, "supports") else True
 
+    #: Ops whose result cannot depend on how a kernel tiles them: every config gives its bits.
+    TILING_FREE_OPS = ("rope", "kv_split")
+
     def _run(self, method, call) -> None:
+        other = self._second_config(call)
+        if other is None:
+            self._run_once(method, call)
+            return
+        # Every array the call hands over, inputs too: an in-place call's input is a read-only
+        # view that the kernel writes through torch.
+        writable = {n: _writable_alias(a) for n, a in self._call_tensors(call).items()}
+        before = {n: a.copy() for n, a in writable.items()}
+        self._run_once(method, call)
+        first = {n: a.copy() for n, a in writable.items()}
+        chosen = self.variant
+        try:
+            self.select_variant(other)
+            verdict = self.supports(call)  # a config may decline what a known finding spoils
+            if verdict[0] if isinstance(verdict, tuple) else bool(verdict):
+                for n, a in writable.items():
+                    np.copyto(a, before[n])
+                try:
+                    self._run_once(method, call)
+                except Exception as e:
+                    e.add_note(f"(in the run under {other}, the second config of this call)")
+                    raise
+                _require_same_bits(first, writable, chosen, other)
+        finally:
+            for n, a in writable.items():
+                np.copyto(a, first[n])
+            self.select_variant(chosen)
+
+    def _second_config(self, call):
+        """The config a tiling-free call is run under too, drawn from its inputs' bytes (so a
+        replay compares the same pair); None where there is nothing to compare."""
+        if not self.config_bitwise or len(self._variants) < 2:
+            return None
+        if getattr(call, "op", None) not in self.TILING_FREE_OPS:
+            return None
+        digest = 0
+        for _, a in sorted(self._call_tensors(call).items()):
+            if not a.flags.writeable:
+                digest = zlib.crc32(np.ascontiguousarray(a).view(np.uint8).tobytes(), digest)
+        at = self._variants.index(self.variant)
+        step = 1 + digest % (len(self._variants) - 1)
+        return self._variants[(at + step) % len(self._variants)]
+
+    def _run_once(self, method, call) -> None:
         global _deadline
         _deadline = time.monotonic() + self.timeout
         checked = race_check(self._call_tensors(call)) if self.races else contextlib.nullcontext()
@@ -483,11 +580,15 @@ class TritonBackend:
 
     @staticmethod
     def _call_tensors(call) -> dict:
-        """The call's arrays by name, for race reports."""
+        """The call's arrays by name ("cos", "outputs[0]", ...: the harness's calls hold their
+        tensors in the lists ``inputs`` and ``outputs``)."""
         named = {}
         for name in dir(call):
-            if not name.startswith("_"):
-                value = getattr(call, name, None)
-                if isinstance(value, np.ndarray) and value.size:
-                    named[name] = value
+            if name.startswith("_"):
+                continue
+            value = getattr(call, name, None)
+            items = value if isinstance(value, (list, tuple)) else None
+            for i, a in enumerate(items if items is not None else [value]):
+                if isinstance(a, np.ndarray) and a.size:
+                    named[f"{name}[{i}]" if items is not None else name] = a
         return named

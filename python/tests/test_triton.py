@@ -6,6 +6,7 @@ the Triton version check. Skips without Triton (python/requirements-triton.txt).
 import importlib.util
 import types
 
+import numpy as np
 import pytest
 
 if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
@@ -103,3 +104,58 @@ def test_a_triton_release_the_shims_do_not_know_is_a_named_error(monkeypatch):
     monkeypatch.setattr(triton, "__version__", "9.9.9")
     with pytest.raises(mt.UnknownTriton, match="Triton 9.9.9"):
         mt.interpreter()
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 2}), triton.Config({"BLOCK": 4})], key=["n"])
+@triton.jit
+def triple_kernel(x_ptr, out_ptr, n, PLANTED: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    if PLANTED and BLOCK == 4:  # a config that rounds differently: close, but not the same bits
+        y = (x * 3 + 1.0) - 1.0
+    else:
+        y = x * 3
+    tl.store(out_ptr + offsets, y, mask=mask)
+
+
+class Tripler:
+    """An adapter whose rope (so called: a tiling-free op) triples call.x into call.out, NumPy
+    arrays as the harness hands them (the input read-only)."""
+
+    def __init__(self, planted):
+        self.planted = planted
+
+    def kernels(self):
+        return [triple_kernel]
+
+    def rope(self, call):
+        x, out = mt.torch_view(call.x, "f32"), mt.torch_view(call.out, "f32")
+        grid = lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)  # noqa: E731
+        triple_kernel[grid](x, out, x.numel(), PLANTED=self.planted)
+
+
+def tripling_call(op="rope"):
+    x = np.linspace(0.1, 0.9, 7, dtype=np.float32)
+    x.flags.writeable = False
+    return types.SimpleNamespace(op=op, dtype="f32", x=x, out=np.zeros(7, np.float32))
+
+
+def test_a_config_that_rounds_differently_is_caught_naming_both_configs():
+    backend = mt.TritonBackend(Tripler(planted=True))
+    backend.select_variant("BLOCK=2")
+    call = tripling_call()
+    with pytest.raises(mt.ConfigsDisagree) as found:
+        backend.rope(call)
+    message = str(found.value)
+    assert message.startswith("configs: BLOCK=2 and BLOCK=4 give different bits for 'out' at (")
+    assert backend.variant == "BLOCK=2", "the chosen config is selected again"
+    assert np.array_equal(call.out, call.x * np.float32(3)), "the chosen config's result is kept"
+
+
+def test_configs_that_agree_pass_and_only_tiling_free_ops_are_compared():
+    call = tripling_call()
+    mt.TritonBackend(Tripler(planted=False)).rope(call)
+    assert np.array_equal(call.out, call.x * np.float32(3))
+    mt.TritonBackend(Tripler(planted=True)).rope(tripling_call(op="rope_backward"))
+    mt.TritonBackend(Tripler(planted=True), config_bitwise=False).rope(tripling_call())
