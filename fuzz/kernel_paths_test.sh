@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# CTest: our own fuzz reaches every kernel path. A fixed set of cases (the seed and the count
+# CTest: the fuzz of our kernels reaches every kernel path. A fixed set of cases (the seed and the count
 # decide them, whatever the speed of the machine) on the host backend under the GPU model; in
 # fuzz.json's kernel_paths every op's least-run path must have at least a tenth of the launches
 # of its busiest (the vector paths need aligned strides, Megatron's layout modes and, for the

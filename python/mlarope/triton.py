@@ -241,7 +241,7 @@ def _guarded_allocations():
 
 _deadline: float | None = None
 _order_seed: int | None = None  # programs of each launch in an order drawn from it; None: in order
-_launches = 0  # launches since the seed was set: each draws its own order
+_launches = 0  # launches run under the present seed: each draws its own order
 _permutation = None  # the present launch's order: step -> program, flat
 _race_tensors: dict | None = None  # name -> [lo, hi) bytes, while launches are race-checked
 _launch = None  # the present launch's accesses (mlarope._races.LaunchRecord)
@@ -530,25 +530,25 @@ class TritonBackend:
             return
         # Every array the call hands over, inputs too: an in-place call's input is a read-only
         # view that the kernel writes through torch.
-        writable = {n: _writable_alias(a) for n, a in self._call_tensors(call).items()}
-        before = {n: a.copy() for n, a in writable.items()}
+        arrays = {n: _writable_alias(a) for n, a in self._call_tensors(call).items()}
+        before = {n: a.copy() for n, a in arrays.items()}
         self._run_once(method, call)
-        first = {n: a.copy() for n, a in writable.items()}
+        first = {n: a.copy() for n, a in arrays.items()}
         chosen = self.variant
         try:
             self.select_variant(other)
             verdict = self.supports(call)  # a config may decline what a known finding spoils
             if verdict[0] if isinstance(verdict, tuple) else bool(verdict):
-                for n, a in writable.items():
+                for n, a in arrays.items():
                     np.copyto(a, before[n])
                 try:
                     self._run_once(method, call)
                 except Exception as e:
                     e.add_note(f"(in the run under {other}, the second config of this call)")
                     raise
-                _require_same_bits(first, writable, chosen, other)
+                _require_same_bits(first, arrays, chosen, other)
         finally:
-            for n, a in writable.items():
+            for n, a in arrays.items():
                 np.copyto(a, first[n])
             self.select_variant(chosen)
 
