@@ -72,7 +72,7 @@ TEST(Cli, CheckRunsEveryCheckOnAGeneratedCase) {
     EXPECT_EQ(r.status, 0) << r.out << r.err;
     for (const char* check :
          {"value", "coverage", "immutability", "bounds", "round_trip", "adjoint", "in_place",
-          "graph_replay", "determinism", "order_independence"})
+          "graph_replay", "determinism", "order_independence", "races"})
       EXPECT_NE(r.out.find(check), std::string::npos) << check;
   }
 }

@@ -132,20 +132,22 @@ if __name__ != "__main__":
         first = "forward-barrier" if direction == "backward" else "as-released"
         report = run("check-races", case, first, root=release_root)
         kernel = "rotary_fwd_q_kernel" if direction == "forward" else "rotary_bwd_q_kernel"
-        value = next(line for line in report["lines"] if line.startswith("value"))
-        assert not report["ok"] and f"races: kernel {kernel}, within program" in value, value
+        races = next(line for line in report["lines"] if line.startswith("races"))
+        assert not report["ok"] and f"races: kernel {kernel}, within program" in races, races
         at = "fused_mla_yarn_rope_apply.py:"
-        assert any(f"stores it at {at}{n}" in value for n in report["store_lines"]), value
-        assert any(f"loads it at {at}{n}" in value for n in report["load_lines"]), value
+        assert any(f"stores it at {at}{n}" in races for n in report["store_lines"]), races
+        assert any(f"loads it at {at}{n}" in races for n in report["load_lines"]), races
+        others = [line for line in report["lines"] if not line.startswith("races")]
+        assert all(line.split()[1] != "fail" for line in others), "\n".join(others)
         patched = run("check-races", case, "barrier", root=release_root)
         assert patched["ok"], "\n".join(patched["lines"])
 
 
 def _backend(findings: bool, races: bool = False):
     """TritonBackend over the fused adapter: the known findings declined by name, or not;
-    races checked or not (finding 5: every call of the q kernels races, so the fuzz leaves the
-    check out and the finding's replay runs it). With the findings run, each config is checked
-    on its own (finding 3 makes configs disagree by design of its replay)."""
+    the races check offered or not (finding 5: every call of the q kernels races, so the fuzz
+    leaves the check out and the finding's replay runs it). With the findings run, each
+    config is checked on its own (finding 3 makes configs disagree by design of its replay)."""
     from megatron_fused import MegatronFusedMLA
     from mlarope import triton as mt
 

@@ -35,6 +35,10 @@ struct Backend {
   std::function<void(const YarnTablesCall&)> yarn_tables;
   /// Optional: the same backend running blocks and threads in another order (host executor).
   std::function<Backend(std::uint64_t order_seed)> with_order_seed;
+  /// Optional: the same backend recording each launch's memory accesses, a call that races
+  /// throwing (the races check; Triton kernels under the interpreter). The host backend has
+  /// none: its GPU model checks every launch, so a race fails whichever call reaches it.
+  std::function<Backend()> with_race_check;
   /// Optional: record the calls `launches` makes into a graph without running them, and return
   /// a function that replays the graph, re-reading the buffers at replay (docs/semantics.md §6).
   std::function<std::function<void()>(const std::function<void()>& launches)> capture;

@@ -185,6 +185,8 @@ Backend watched(Backend b, CallWatch& w) {
     b.with_order_seed = [f = std::move(b.with_order_seed), &w](std::uint64_t seed) {
       return watched(f(seed), w);
     };
+  if (b.with_race_check)
+    b.with_race_check = [f = std::move(b.with_race_check), &w] { return watched(f(), w); };
   b.expect_time = [&w](double reference_seconds) {
     w.limit_seconds.store(w.limit.for_reference(reference_seconds));
   };

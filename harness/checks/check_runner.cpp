@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // run_checks: the reference answer, the runs, and the checks made of comparing runs (value,
-// determinism, in place == out of place, order independence) or of auditing them (coverage,
+// determinism, in place == out of place, order independence, races) or of auditing them (coverage,
 // immutability, bounds).
 #include <algorithm>
 #include <chrono>
@@ -190,6 +190,28 @@ CheckResult check_order(CheckContext& ctx) {
   return skipped(CheckKind::order_independence, "unreachable");
 }
 
+CheckResult check_races(CheckContext& ctx) {
+  const Backend& b = ctx.backend();
+  if (!b.with_race_check)
+    return skipped(CheckKind::races, "backend " + b.name +
+                                         " records no accesses (with_race_check); a GPU model "
+                                         "that checks every launch fails the call instead");
+  Backend recording;
+  try {
+    recording = b.with_race_check();
+  } catch (const std::exception& e) {
+    return failed(CheckKind::races, std::string("with_race_check threw: ") + e.what());
+  }
+  const RunResult& p = ctx.primary();
+  const RunResult r = ctx.run(ctx.kase(), ctx.kase().config.in_place, Fill::poison_b,
+                              "the run with races recorded", &recording);
+  if (!r.error.empty()) return failed(CheckKind::races, r.error);
+  if (!p.error.empty()) return failed(CheckKind::races, "the backend threw: " + p.error);
+  // Recording must not change what the kernel computes.
+  return compare_bitwise(ctx.kase(), p.outputs, r.outputs, CheckKind::races,
+                         "the run with races recorded vs the plain run");
+}
+
 CheckResult check_coverage(CheckContext& ctx) {
   if (!ctx.saw_out_of_place())
     return skipped(CheckKind::coverage, "in place only: the rope slices hold the input until "
@@ -223,6 +245,7 @@ CheckReport run_checks(const Case& c, const Backend& backend, const CheckOptions
     results[int(CheckKind::graph_replay)] = check_graph_replay(ctx);
   if (want(CheckKind::order_independence))
     results[int(CheckKind::order_independence)] = check_order(ctx);
+  if (want(CheckKind::races)) results[int(CheckKind::races)] = check_races(ctx);
   const bool audits =
       want(CheckKind::coverage) || want(CheckKind::immutability) || want(CheckKind::bounds);
   if (audits) ctx.primary();

@@ -32,6 +32,7 @@ std::string_view to_string(CheckKind kind) {
     case CheckKind::graph_replay: return "graph_replay";
     case CheckKind::determinism: return "determinism";
     case CheckKind::order_independence: return "order_independence";
+    case CheckKind::races: return "races";
   }
   return "?";
 }

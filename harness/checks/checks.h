@@ -29,9 +29,10 @@ enum class CheckKind : std::uint8_t {
   graph_replay,        ///< a captured call replayed on new metadata and inputs
   determinism,         ///< two runs bitwise equal
   order_independence,  ///< two thread/block orders bitwise equal
+  races,               ///< no two programs or tile elements touch one byte unordered (recorded)
 };
 /// Number of CheckKind values.
-inline constexpr int kCheckCount = 10;
+inline constexpr int kCheckCount = 11;
 
 /// Every check, in table order.
 std::vector<CheckKind> all_checks();

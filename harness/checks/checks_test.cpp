@@ -430,6 +430,35 @@ TEST(Checks, OrderDependenceFailsOrderIndependence) {
   EXPECT_EQ(outcome(r, CheckKind::order_independence), Outcome::fail) << format_report(r);
 }
 
+TEST(Checks, ARaceTheRecordingRunFindsFailsTheRacesCheckAlone) {
+  Backend b = capable_reference();
+  EXPECT_EQ(outcome(run_checks(make_case({}), b), CheckKind::races), Outcome::skip);
+  b.with_race_check = [] {
+    Backend recording = reference_backend();
+    recording.rope = [](const RopeCall&) { throw Error("races: kernel k, between programs"); };
+    return recording;
+  };
+  const CheckReport r = run_checks(make_case({}), b);
+  EXPECT_EQ(outcome(r, CheckKind::races), Outcome::fail) << format_report(r);
+  EXPECT_NE(r.at(CheckKind::races).message.find("races: kernel k"), std::string::npos);
+  EXPECT_EQ(outcome(r, CheckKind::value), Outcome::pass) << format_report(r);
+  b.with_race_check = [] { return reference_backend(); };
+  EXPECT_EQ(outcome(run_checks(make_case({}), b), CheckKind::races), Outcome::pass);
+}
+
+TEST(Checks, ARecordingRunThatComputesOtherBitsFailsTheRacesCheck) {
+  Backend b = capable_reference();
+  b.with_race_check = [] {
+    Backend recording = reference_backend();
+    recording.rope = [](const RopeCall& call) {
+      reference::rope(call);
+      nudge(call.out, {0, 0, 0, 5}, 0.5);
+    };
+    return recording;
+  };
+  EXPECT_EQ(outcome(run_checks(make_case({}), b), CheckKind::races), Outcome::fail);
+}
+
 TEST(Checks, CaptureThatKeepsOldMetadataFailsGraphReplay) {
   // The classic bug: metadata read (copied) when the graph is captured, not when it replays.
   Backend b = capable_reference();

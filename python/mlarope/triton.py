@@ -30,9 +30,9 @@ What it adds to a plain Python backend:
   (the order_independence check), as a GPU may.
 - **Every config the same bits**: a call of an op whose result cannot depend on tiling runs
   under a second config too and must give identical bits (``config_bitwise``).
-- **Races** (on by default; ``races=False`` leaves them out, ``race_check`` wraps any code):
-  each launch's global accesses
-  are recorded and checked against the rules of ``mlarope._races`` when it ends.
+- **Races** (the ``races`` check; ``races=False`` leaves it out, ``race_check`` wraps any
+  code): ``with_races()`` is the same backend recording each launch's global accesses and
+  checking them against the rules of ``mlarope._races`` when it ends.
 
 The interpreter's arithmetic is not a GPU's in bf16 (it computes on the raw 16-bit patterns and
 converts f32 to bf16 by truncation), so bf16 calls are declined by name; f32 and f16 follow
@@ -424,7 +424,8 @@ class TritonBackend:
     meta-parameters, so that it can decline, by name, the calls a known finding of that config
     spoils). ``configs``: names of the variants to run (default: all;
     ``variants()`` lists them). ``timeout``: seconds a call may run. ``races``: check each
-    launch's accesses for races (``RaceFound`` fails the call). ``config_bitwise``: run each
+    launch's accesses for races in the races check's run (``with_races``: ``RaceFound`` fails
+    that run). ``config_bitwise``: run each
     call of an op whose result cannot depend on tiling (rope forward or inverse, kv_split)
     under a second config too, drawn from the call's inputs, and require the same bits
     (``ConfigsDisagree`` fails the call, naming both configs and the first differing element).
@@ -441,9 +442,11 @@ class TritonBackend:
         self.triton = interpreter()
         self.adapter = adapter
         self.timeout = float(timeout)
-        self.races = races
         self.config_bitwise = config_bitwise
         self.order_seed = None
+        self.recording = False  # this copy records every launch's accesses (with_races)
+        if not races:
+            self.with_races = None  # the races check is skipped, saying the backend has none
         self._tuners = [t for t in map(_autotuner, adapter.kernels()) if t is not None]
         for tuner in self._tuners:  # its own list, before select_variant narrows it to one
             if not hasattr(tuner, "_mlarope_configs"):
@@ -480,6 +483,14 @@ class TritonBackend:
         ``seed``: the order_independence check requires the same bits."""
         other = copy.copy(self)
         other.order_seed = int(seed)
+        other._bind_ops()
+        return other
+
+    def with_races(self):
+        """The same backend recording each launch's global accesses: a launch that races
+        raises ``RaceFound`` (the races check runs its case so)."""
+        other = copy.copy(self)
+        other.recording = True
         other._bind_ops()
         return other
 
@@ -570,7 +581,9 @@ class TritonBackend:
     def _run_once(self, method, call) -> None:
         global _deadline
         _deadline = time.monotonic() + self.timeout
-        checked = race_check(self._call_tensors(call)) if self.races else contextlib.nullcontext()
+        checked = (
+            race_check(self._call_tensors(call)) if self.recording else contextlib.nullcontext()
+        )
         try:  # NaN guards and edge values make NumPy warn on every program: not news here
             with checked, program_order(self.order_seed), _guarded_allocations():
                 with np.errstate(all="ignore"):

@@ -366,11 +366,12 @@ harness::Backend python_backend(const std::shared_ptr<py::object>& b, const std:
       }
       return std::string();
     };
-  bool has_variants = false, has_orders = false;
+  bool has_variants = false, has_orders = false, has_races = false;
   {
     py::gil_scoped_acquire gil;  // the fuzz makes its backends with the GIL released
     has_variants = py::hasattr(*b, "select_variant");
     has_orders = py::hasattr(*b, "with_order_seed");
+    has_races = py::hasattr(*b, "with_races") && !b->attr("with_races").is_none();
   }
   if (has_variants)
     out.select_variant = [b](const std::string& variant) {
@@ -381,6 +382,11 @@ harness::Backend python_backend(const std::shared_ptr<py::object>& b, const std:
     out.with_order_seed = [b, name](std::uint64_t seed) {
       py::gil_scoped_acquire gil;
       return python_backend(hold(b->attr("with_order_seed")(seed)), name);
+    };
+  if (has_races && !probe)  // the races check's recording run
+    out.with_race_check = [b, name] {
+      py::gil_scoped_acquire gil;
+      return python_backend(hold(b->attr("with_races")()), name);
     };
   out.rope = [b, probe](const RopeCall& c) {
     py::gil_scoped_acquire gil;

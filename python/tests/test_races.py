@@ -3,12 +3,16 @@
 stores the pairs of its slice over the bytes it loaded them from (Megatron's in-place q
 pattern) and a grid whose programs store one element past their block are caught, with both
 source lines; the same kernels with a barrier, or with disjoint blocks, pass. Programs run in a
-drawn order give the same bits where they must. Skips without Triton."""
+drawn order give the same bits where they must; the races check of mlarope.check fails a
+backend whose call launches a racing kernel, and only that check. Skips without Triton."""
 
 import importlib.util
 import inspect
 
 import pytest
+
+import mlarope
+from numpy_backend import NumpyRope
 
 if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
     pytest.skip("triton or torch is not installed", allow_module_level=True)
@@ -133,3 +137,49 @@ def test_drawn_orders_change_what_an_order_dependent_kernel_leaves():
             assert out[4::4].tolist() == [1, 2, 3, 4, 5, 6, 7]
         results.add(tuple(out.tolist()))
     assert len(results) > 1, "the drawn orders ran the programs in the interpreter's order"
+
+
+class StagesThroughADeinterleave(NumpyRope):
+    """NumPy's rope values, with a Triton launch on the side that de-interleaves a scratch
+    row in place, with or without its barrier: the values pass whatever the launch does, so
+    only the races check can tell the two apart."""
+
+    def __init__(self, barrier: bool):
+        super().__init__()
+        self.barrier = barrier
+
+    def kernels(self):
+        return []
+
+    def rope(self, call):
+        super().rope(call)
+        staging = mt.scratch((2, 8), "f32", "staging")
+        staging.zero_()
+        deinterleave_in_place[(2,)](staging, D=8, BARRIER=self.barrier)
+
+
+def outcomes(report) -> dict:
+    return {check: (outcome, line) for check, outcome, line in report["results"]}
+
+
+def test_the_races_check_fails_a_racing_launch_and_only_that_check(tmp_path):
+    with pytest.raises(mlarope.FuzzFailure) as failure:
+        mlarope.fuzz(
+            mt.TritonBackend(StagesThroughADeinterleave(barrier=False)),
+            cases=3,
+            ops=["rope"],
+            seed=7,
+            out=str(tmp_path),
+            quiet=True,
+        )
+    repro = failure.value.result["failures"][0]["dir"]
+    racing = outcomes(mlarope.check(mt.TritonBackend(StagesThroughADeinterleave(False)), repro))
+    outcome, line = racing.pop("races")
+    assert outcome == "fail" and "races: kernel deinterleave_in_place, within program" in line
+    assert "tensor 'staging #" in line, line
+    assert all(o != "fail" for o, _ in racing.values()), racing
+    barrier = outcomes(mlarope.check(mt.TritonBackend(StagesThroughADeinterleave(True)), repro))
+    assert barrier["races"][0] == "pass" and all(o != "fail" for o, _ in barrier.values())
+    unchecked = mt.TritonBackend(StagesThroughADeinterleave(False), races=False)
+    skipped = outcomes(mlarope.check(unchecked, repro))
+    assert skipped["races"][0] == "skip" and "records no accesses" in skipped["races"][1]
