@@ -31,7 +31,7 @@ way flash-attn's ``ApplyRotaryEmb`` calls it, and declines what has no counterpa
 - ``kv_split``: ``k_pe`` (one head) rotated out of place and expanded over the heads; its
   backward sums the heads' rope gradients in f32 (what autograd of that expand computes) and
   rotates the sum back;
-- declined: bf16 (mlarope.triton declines it), (interleaved -> half) and (half -> interleaved)
+- declined: (interleaved -> half) and (half -> interleaved)
   (flash-attn writes pairs where it reads them), tables whose two entries of a pair differ,
   context parallelism and position ids (flash-attn has neither), rows whose ``freq_row`` lies
   outside the table and invalid ``cu_seqlens`` (flash-attn has no status word: the harness

@@ -60,8 +60,7 @@ if __name__ != "__main__":
 
 
 def test_flash_fuzz_is_clean_where_it_maps(tmp_path, capsys):
-    # Narrowed to f32/f16 (bf16 is declined) and to each pair layout flash-attn has, so most of
-    # the budget runs.
+    # Narrowed to each pair layout flash-attn has, so most of the budget runs; every dtype.
     for seed, pairs in ((1, "half/half/*"), (4, "interleaved/interleaved/*")):
         result = run_fuzz(
             {},
@@ -69,8 +68,6 @@ def test_flash_fuzz_is_clean_where_it_maps(tmp_path, capsys):
             seed=seed,
             out=str(tmp_path / pairs.split("/")[0]),
             size=12,
-            dtypes=["f32", "f16"],
-            table_dtypes=["f32", "f16"],
             layouts=pairs,
         )
         show(capsys, f"flash-attn {flash_rotary.VERSION} rotary, interpreted, {pairs}", result)
@@ -84,7 +81,6 @@ def test_flash_census_names_every_decline(tmp_path, capsys):
     show(capsys, "flash-attn rotary: every op, dtype and flag", result)
     assert result["failing_cases"] == 0, result["summary"]
     for reason in (
-        "bf16 under Triton's interpreter",
         "writes pairs where it reads them",
         "context parallelism",
     ):

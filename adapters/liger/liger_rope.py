@@ -39,13 +39,12 @@ maps each call the way Hugging Face models call it, and declines what has no cou
   H * D, the stride a [B, 1, H, D] tensor of a model's projection has, so the rest of the call
   is still checked; ``restride_single_token=False`` passes the views as they are;
 - Liger computes in the table's dtype (``q`` is converted to it). Tables are given in f32, an
-  exact widening of an f16 table, as a model that keeps its cos/sin cache in f32 does, so that
-  f16 activations are computed in f32 like every backend of this harness;
-  ``table_as_given=True`` passes an f16 table as it is (Liger then computes in f16);
-- declined: bf16 (mlarope.triton declines it: the interpreter's bf16 is not a GPU's),
-  interleaved pairs, tables whose two entries of a pair differ, rows whose ``freq_row`` lies
-  outside the table and invalid ``cu_seqlens`` (Liger has no status word: the harness expects
-  such rows to pass through), THD padding rows (no sequence, no table row).
+  exact widening of an f16 or bf16 table, as a model that keeps its cos/sin cache in f32 does,
+  so that f16 and bf16 activations are computed in f32 like every backend of this harness;
+  ``table_as_given=True`` passes an f16 or bf16 table as it is (Liger then computes in it);
+- declined: interleaved pairs, tables whose two entries of a pair differ, rows whose
+  ``freq_row`` lies outside the table and invalid ``cu_seqlens`` (Liger has no status word: the
+  harness expects such rows to pass through), THD padding rows (no sequence, no table row).
 """
 
 from __future__ import annotations
@@ -229,8 +228,8 @@ class LigerRope(KvSplitByRope):
         if (rows == rows[:1]).all():
             rows = rows[:1]
         S = rows.shape[1]
-        dtype = torch.float16 if self.table_as_given and call.table_dtype == "f16" else None
-        dtype = dtype or torch.float32
+        as_given = {"f16": torch.float16, "bf16": torch.bfloat16}.get(call.table_dtype)
+        dtype = (as_given if self.table_as_given else None) or torch.float32
         tables = []
         negate = call.inverse != self.flip_sin
         for table, sign in ((call.cos, 1.0), (call.sin, -1.0 if negate else 1.0)):
@@ -245,7 +244,8 @@ class LigerRope(KvSplitByRope):
             if direct:  # the table itself, as a model passes its cached cos/sin
                 tables.append(self.mt.torch_view(table[:S], call.table_dtype)[None])
                 continue
-            gathered = table[rows.reshape(-1)].astype(np.float64) * sign
+            gathered = table[rows.reshape(-1)]
+            gathered = self.mt.values_of(gathered, call.table_dtype).astype(np.float64) * sign
             if call.table_layout == "interleaved":
                 f = gathered[:, 0::2]
                 gathered = np.concatenate([f, f], axis=1)

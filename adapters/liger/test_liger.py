@@ -49,15 +49,13 @@ if __name__ != "__main__":
 
 
 def test_liger_fuzz_is_clean_where_it_maps(tmp_path, capsys):
-    # Narrowed to what Liger's rope can take (half pairs, f32/f16), so most of the budget runs.
+    # Narrowed to what Liger's rope can take (half pairs), so most of the budget runs.
     result = run_fuzz(
         {},
         cases=budget(500),
         seed=1,
         out=str(tmp_path),
         size=12,
-        dtypes=["f32", "f16"],
-        table_dtypes=["f32", "f16"],
         layouts="half/half/*",
     )
     show(capsys, "liger-kernel rope under Triton's interpreter, half pairs", result)
@@ -70,9 +68,26 @@ def test_liger_census_names_every_decline(tmp_path, capsys):
     result = run_fuzz({}, cases=budget(1500), seed=2, out=str(tmp_path), size=8)
     show(capsys, "liger rope: every op, dtype and flag", result)
     assert result["failing_cases"] == 0, result["summary"]
-    for reason in ("bf16 under Triton's interpreter", "half -> half only"):
-        assert reason in result["summary"]
+    assert "half -> half only" in result["summary"]
     assert ran(result["summary"]) >= budget(80)
+
+
+def test_liger_in_bf16_is_clean_where_it_maps(tmp_path, capsys):
+    # bf16 activations and tables, computed as an sm_90 GPU computes them (mlarope.triton):
+    # the tables widened to f32 as a model's f32 cache, so Liger computes in f32.
+    result = run_fuzz(
+        {},
+        cases=budget(300),
+        seed=4,
+        out=str(tmp_path),
+        size=12,
+        dtypes=["bf16"],
+        table_dtypes=["bf16"],
+        layouts="half/half/*",
+    )
+    show(capsys, "liger-kernel rope in bf16", result)
+    assert result["failing_cases"] == 0, result["summary"]
+    assert ran(result["summary"]) >= budget(120), "too few bf16 cases ran through Liger"
 
 
 def test_a_wrong_mapping_fails_the_fuzz(tmp_path):

@@ -46,15 +46,13 @@ from mlarope import triton as mlarope_triton
 
 #: mlarope.fuzz's narrowing to what the kernels can take: interleaved pairs in, half out;
 #: per-sequence tables; no position ids or offsets; emb_dim / 2, k_dim and v_dim powers of two
-#: (Triton's tl.arange); f32 and f16 (bf16 the interpreter declines, a GPU runs).
+#: (Triton's tl.arange); every dtype.
 FUZZ_NARROWING = dict(
     layouts="interleaved/half/*",
     position_ids=False,
     seq_offsets=False,
     packed=False,
     power_of_two_dims=True,
-    dtypes=["f32", "f16"],
-    table_dtypes=["f32", "f16"],
 )
 
 
@@ -134,10 +132,12 @@ class MegatronFusedMLA:
             return "Megatron's fused MLA kernels read interleaved pairs and write half ones only"
         if call.position_ids is not None or call.seq_offsets is not None:
             return "Megatron's fused MLA kernels take no position ids or sequence offsets"
-        if call.dtype in ("f16", "bf16") and call.table_dtype == call.dtype:
+        if call.dtype in ("f16", "bf16") and call.table_dtype in ("f16", "bf16"):
+            # Triton computes two 16-bit floats in f16 if either is f16, else in bf16.
+            work = "f16" if "f16" in (call.dtype, call.table_dtype) else "bf16"
             return (
-                f"{call.dtype} activations with {call.dtype} tables: the kernels round each "
-                f"product to {call.dtype} before the sum, outside the f32 tolerance model "
+                f"{call.dtype} activations with {call.table_dtype} tables: the kernels round "
+                f"each product to {work} before the sum, outside the f32 tolerance model "
                 "(docs/megatron.md, precision)"
             )
         if call.op == "kv_split_backward" and call.dtype in ("f16", "bf16"):

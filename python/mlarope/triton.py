@@ -34,9 +34,10 @@ What it adds to a plain Python backend:
   code): ``with_races()`` is the same backend recording each launch's global accesses and
   checking them against the rules of ``mlarope._races`` when it ends.
 
-The interpreter's arithmetic is not a GPU's in bf16 (it computes on the raw 16-bit patterns and
-converts f32 to bf16 by truncation), so bf16 calls are declined by name; f32 and f16 follow
-IEEE rounding per operation (no fused multiply-add), as a GPU's unfused code does.
+- **Arithmetic as an sm_90 GPU's** (``mlarope._gpu_float``): bf16 tiles rounded to nearest
+  even per operation and converted with ``cvt.rn`` (the interpreter alone computes on the raw
+  16-bit patterns and truncates); multiply-adds contracted into one rounding as Triton's
+  ``enable_fp_fusion`` does (``fp_fusion=False``: as written, two roundings).
 
 Limits, by design of running in-process: a store past a guard (more than ``GUARD_BYTES`` past
 a scratch tensor) corrupts this process's memory, and a load of an unmapped address crashes it;
@@ -55,6 +56,8 @@ import warnings
 import zlib
 
 import numpy as np
+
+from . import _gpu_float
 
 #: Triton releases whose interpreter this module's shims were written against and tested with.
 KNOWN_TRITON = ("3.6.0",)
@@ -133,6 +136,9 @@ def interpreter():
     if not hasattr(torch.Tensor, "untyped_storage"):  # torch < 2.0
         torch.Tensor.untyped_storage = lambda self: self.storage().untyped()
     _install_program_hook(triton)
+    from triton.runtime import interpreter as interp
+
+    _gpu_float.install(interp.interpreter_builder, triton.language, interp.TensorHandle)
     return triton
 
 
@@ -153,6 +159,12 @@ def torch_view(a: np.ndarray, dtype: str):
         if dtype == "bf16":
             return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(a)
+
+
+def values_of(a: np.ndarray, dtype: str) -> np.ndarray:
+    """The values of a harness array of the call's ``dtype`` as floats: bf16, which arrives as
+    its uint16 bit patterns, widened to f32 (exactly); f32 and f16 as they are."""
+    return _gpu_float.bf16_to_f32(a) if dtype == "bf16" else a
 
 
 # ---- guarded scratch ---------------------------------------------------------------------------
@@ -429,6 +441,8 @@ class TritonBackend:
     call of an op whose result cannot depend on tiling (rope forward or inverse, kv_split)
     under a second config too, drawn from the call's inputs, and require the same bits
     (``ConfigsDisagree`` fails the call, naming both configs and the first differing element).
+    ``fp_fusion``: multiply-adds contracted into one rounding, as Triton compiles them by
+    default (``enable_fp_fusion``), or computed as written.
     """
 
     def __init__(
@@ -438,11 +452,13 @@ class TritonBackend:
         timeout: float = 60.0,
         races: bool = True,
         config_bitwise: bool = True,
+        fp_fusion: bool = True,
     ):
         self.triton = interpreter()
         self.adapter = adapter
         self.timeout = float(timeout)
         self.config_bitwise = config_bitwise
+        self.fp_fusion = fp_fusion
         self.order_seed = None
         self.recording = False  # this copy records every launch's accesses (with_races)
         if not races:
@@ -523,12 +539,6 @@ class TritonBackend:
         return env
 
     def supports(self, call):
-        if "bf16" in (call.dtype, getattr(call, "table_dtype", None)):
-            return (
-                False,
-                "bf16 under Triton's interpreter: it computes on the raw 16-bit patterns and "
-                "truncates f32 to bf16, which no GPU does",
-            )
         return self.adapter.supports(call) if hasattr(self.adapter, "supports") else True
 
     #: Ops whose result cannot depend on how a kernel tiles them: every config gives its bits.
@@ -585,7 +595,8 @@ class TritonBackend:
             race_check(self._call_tensors(call)) if self.recording else contextlib.nullcontext()
         )
         try:  # NaN guards and edge values make NumPy warn on every program: not news here
-            with checked, program_order(self.order_seed), _guarded_allocations():
+            fusion = _gpu_float.fusion(self.fp_fusion)
+            with checked, fusion, program_order(self.order_seed), _guarded_allocations():
                 with np.errstate(all="ignore"):
                     method(call)
         finally:
