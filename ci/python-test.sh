@@ -4,8 +4,8 @@
 # Debian's Python (its NumPy and pytest; pybind11 from Debian, scikit-build-core from PyPI),
 # then the package's tests (python/tests) from outside the source tree's package folder; then
 # the adapters: megatron-core's RoPE, and the Triton kernels of Megatron, Liger and flash-attn
-# under Triton's interpreter (mlarope.triton), each release pinned by hash (pip's cache keeps
-# the downloads). PYTHON_VENV (default build-python/venv) is where the environment goes.
+# under Triton's interpreter (mlarope.triton, the newest Triton it knows; the package's Triton
+# tests also under the oldest), each release pinned by hash (pip's cache keeps the downloads). PYTHON_VENV (default build-python/venv) is where the environment goes.
 # MLAROPE_SKIP_MEGATRON=1 leaves out megatron-core, MLAROPE_SKIP_TRITON=1 the Triton kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +85,18 @@ fi
 if ((triton)); then
   echo "python: liger-kernel's Triton RoPE under the interpreter"
   pytest_in adapters/liger test_liger.py || others_status=$?
+  # The oldest Triton the shims know, in a second environment that shares this one's package:
+  # the package's Triton tests (the adapters ran under the newest above).
+  old_venv=$venv-triton-3.6.0
+  /usr/bin/python3 -m venv --system-site-packages "$old_venv"
+  "$old_venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    --require-hashes -r python/requirements-triton-3.6.0.txt
+  site=$("$venv/bin/python" -c 'import mlarope, os; print(os.path.dirname(mlarope.__file__))')
+  old_site=$("$old_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  ln -sfn "$site" "$old_site/mlarope"
+  echo "python: the package's Triton tests under triton $("$old_venv/bin/python" -c 'import triton; print(triton.__version__)')"
+  (cd python/tests && "$old_venv/bin/python" -m pytest -q -p no:cacheprovider \
+    test_triton.py test_races.py test_gpu_float.py) || others_status=$?
 fi
 lane_status=0
 wait "$lane_pid" || lane_status=$?

@@ -60,7 +60,7 @@ import numpy as np
 from . import _gpu_float
 
 #: Triton releases whose interpreter this module's shims were written against and tested with.
-KNOWN_TRITON = ("3.6.0",)
+KNOWN_TRITON = ("3.6.0", "3.9.0")
 #: Bytes of guard before and after every scratch tensor.
 GUARD_BYTES = 4096
 
