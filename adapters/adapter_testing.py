@@ -68,3 +68,18 @@ def show(capsys, title: str, result: dict) -> None:
     """Print a fuzz's summary in the test log, past pytest's capture."""
     with capsys.disabled():
         print(f"\n--- {title} ({result['seconds']:.1f} s)\n{result['summary']}")
+
+
+def apply_patch(text: str, patch: str, hunks: int | None = None) -> str:
+    """``text`` with the hunks of ``patch`` (a unified diff of one file) applied, its first
+    ``hunks`` only when given; each hunk's old lines must be found exactly once."""
+    with open(patch, encoding="utf-8") as f:
+        parts = f.read().split("\n@@")[1:]
+    for hunk in parts[:hunks]:
+        body = hunk.split("\n")[1:]
+        old = "\n".join(line[1:] for line in body if line[:1] in (" ", "-")) + "\n"
+        new = "\n".join(line[1:] for line in body if line[:1] in (" ", "+")) + "\n"
+        if text.count(old) != 1:
+            raise ValueError(f"{patch}: a hunk's context is found {text.count(old)} times")
+        text = text.replace(old, new)
+    return text

@@ -21,8 +21,14 @@ sys.path.insert(0, HERE)
 import flash_rotary  # noqa: E402 (imports neither torch nor triton)
 
 sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
+from adapter_testing import (  # noqa: E402
+    apply_patch,  # noqa: E402
+    fuzz_result,
+    ran,
+    show,
+    subprocess_json,
+)
 from adapter_testing import budget as _budget  # noqa: E402
-from adapter_testing import fuzz_result, ran, show, subprocess_json  # noqa: E402
 from adapter_testing import missing as _missing  # noqa: E402
 
 
@@ -100,6 +106,35 @@ def test_a_wrong_mapping_fails_the_fuzz(tmp_path):
         layouts="half/half/*",
     )
     assert result["failing_cases"] > 0, result["summary"]
+
+
+def test_finding_batch_offsets_wrap_past_2_31_elements_and_int64_ends_it(tmp_path):
+    # Batch entry 8 of a view with a batch stride of 2^28 elements starts at 2^31: the
+    # kernel's i32 pid_batch * stride_x_batch wraps and its load lands 8 GiB before x, which
+    # mlarope.triton stops. With int64.patch every entry is rotated.
+    import subprocess
+
+    folder = os.path.join(HERE, "findings", "int32_batch_offset")
+    repro = os.path.join(folder, "repro.py")
+
+    def run_repro(*args):
+        return subprocess.run(
+            [sys.executable, repro, *args], capture_output=True, text=True, timeout=600
+        )
+
+    done = run_repro()
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "reproduced" in done.stdout, out
+    assert "kernel rotary_kernel loads at" in out and "8589934592 bytes before" in out, out
+    source = flash_rotary.extract(flash_rotary.find_sdist())
+    with open(source, encoding="utf-8") as f:
+        patched = apply_patch(f.read(), os.path.join(folder, "int64.patch"))
+    fixed_source = tmp_path / "rotary.py"
+    fixed_source.write_text(patched, encoding="utf-8")
+    fixed = run_repro(str(fixed_source))
+    assert fixed.returncode == 0 and "all 9 batch entries rotated" in fixed.stdout, (
+        fixed.stdout + fixed.stderr
+    )
 
 
 def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:

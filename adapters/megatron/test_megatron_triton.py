@@ -20,8 +20,14 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 FINDINGS = os.path.join(HERE, "findings")
 sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
+from adapter_testing import (  # noqa: E402
+    apply_patch,  # noqa: E402
+    fuzz_result,
+    ran,
+    show,
+    subprocess_json,
+)
 from adapter_testing import budget as _budget  # noqa: E402
-from adapter_testing import fuzz_result, ran, show, subprocess_json  # noqa: E402
 from adapter_testing import missing as _missing  # noqa: E402
 
 BLOCK_H = [1, 2, 4, 8, 16, 32, 64, 128]  # the kernels' autotune configs, in both releases
@@ -120,6 +126,23 @@ if __name__ != "__main__":
             assert not report["ok"] and "fail" in value and "got nan" in value, value
 
     @releases
+    def test_finding_6_token_offsets_wrap_past_2_31_elements_and_int64_ends_it(release_root):
+        # Token 8 of a THD q with 2^28 elements per token starts at 2^31 elements: the q
+        # kernel's i32 pid_m * stride_x_seq wraps and its load lands 7 GiB before q, which
+        # mlarope.triton stops. With int64.patch (pid_m cast to int64) every token is rotated.
+        folder = os.path.join(FINDINGS, "fused_int32_token_offset")
+        repro = os.path.join(folder, "repro.py")
+        done = run_repro(repro, release_root)
+        out = done.stdout + done.stderr
+        assert done.returncode == 1 and "reproduced" in done.stdout, out
+        assert "kernel rotary_fwd_q_kernel loads at" in out, out
+        assert "7516193024 bytes before the storage of its argument 'Q'" in out, out
+        patched = run("patched-root", os.path.join(folder, "int64.patch"), root=release_root)
+        fixed = run_repro(repro, patched["root"])
+        assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+        assert "all 9 tokens rotated" in fixed.stdout, fixed.stdout
+
+    @releases
     @pytest.mark.parametrize("direction", ["forward", "backward"])
     def test_finding_5_q_kernels_race_in_place_and_a_barrier_ends_it(release_root, direction):
         # The q kernels load the rope slice (interleaved pairs forward, halves backward) and
@@ -143,6 +166,16 @@ if __name__ != "__main__":
         assert patched["ok"], "\n".join(patched["lines"])
 
 
+def run_repro(repro: str, root: str | None):
+    """A finding's repro.py in a subprocess, on the release at ``root`` (None: the installed)."""
+    import subprocess
+
+    env = {**os.environ, **({"MLAROPE_MEGATRON_ROOT": root} if root else {})}
+    return subprocess.run(
+        [sys.executable, repro], capture_output=True, text=True, timeout=600, env=env
+    )
+
+
 def _backend(findings: bool, races: bool = False):
     """TritonBackend over the fused adapter: the known findings declined by name, or not;
     the races check offered or not (finding 5: every call of the q kernels races, so the fuzz
@@ -156,6 +189,12 @@ def _backend(findings: bool, races: bool = False):
         device="cpu", decline_padding=not findings, decline_head_mask=not findings
     )
     return mt.TritonBackend(adapter, races=races, config_bitwise=not findings)
+
+
+def _patched_root_main(patch: str) -> int:
+    """A root with ``patch`` applied to the loaded release, in a folder left for the caller."""
+    print(json.dumps({"root": _patched_root(patch, tempfile.mkdtemp())}))
+    return 0
 
 
 def _patched_root(patch: str, folder: str, hunks: int | None = None) -> str:
@@ -176,16 +215,7 @@ def _patched_root(patch: str, folder: str, hunks: int | None = None) -> str:
         f.write(f"Name: megatron-core\nVersion: {version}\n")
     target = os.path.join(folder, "megatron/core/fusions/fused_mla_yarn_rope_apply.py")
     with open(target, encoding="utf-8") as f:
-        text = f.read()
-    with open(patch, encoding="utf-8") as f:
-        patches = f.read().split("\n@@")[1:]
-    for hunk in patches[:hunks]:
-        body = hunk.split("\n")[1:]
-        old = "\n".join(line[1:] for line in body if line[:1] in (" ", "-")) + "\n"
-        new = "\n".join(line[1:] for line in body if line[:1] in (" ", "+")) + "\n"
-        if text.count(old) != 1:
-            raise ValueError(f"{patch}: a hunk's context is found {text.count(old)} times")
-        text = text.replace(old, new)
+        text = apply_patch(f.read(), patch, hunks)
     with open(target, "w", encoding="utf-8") as f:
         f.write(text)
     return folder
@@ -268,6 +298,8 @@ if __name__ == "__main__":
         sys.exit(_fuzz_main(sys.argv[2]))
     if len(sys.argv) == 3 and sys.argv[1] == "check":
         sys.exit(_check_main(sys.argv[2]))
+    if len(sys.argv) == 3 and sys.argv[1] == "patched-root":
+        sys.exit(_patched_root_main(sys.argv[2]))
     if len(sys.argv) == 4 and sys.argv[1] == "check-races":
         sys.exit(_check_races_main(sys.argv[2], sys.argv[3]))
     print(__doc__)

@@ -63,6 +63,10 @@ from . import _gpu_float
 KNOWN_TRITON = ("3.6.0", "3.9.0")
 #: Bytes of guard before and after every scratch tensor.
 GUARD_BYTES = 4096
+#: An access further than this from the storage of every tensor a launch was given is wild:
+#: it fails the call before it is made. Nearer ones land in the harness's guards (checked
+#: there, NaN when loaded), so the bounds check names the tensor.
+WILD_BYTES = 1 << 20
 
 
 class UnknownTriton(RuntimeError):
@@ -71,6 +75,12 @@ class UnknownTriton(RuntimeError):
 
 class GuardWritten(AssertionError):
     """A kernel stored into the guard of a tensor allocated during its call."""
+
+
+class WildAccess(AssertionError):
+    """A kernel loaded or stored further than ``WILD_BYTES`` from every tensor it was given:
+    on a GPU an illegal memory access (or another allocation's bytes); here it is stopped
+    before it is made."""
 
 
 class ConfigsDisagree(AssertionError):
@@ -301,6 +311,53 @@ def _element_bytes(ptrs) -> int:
     return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
 
 
+_storages: list = []  # the present launch's tensor arguments: (name, first byte, end byte)
+_kernel_name = ""
+
+
+def _storage_ranges(names_and_args) -> list:
+    """(name, lo, hi) of the storage of every tensor argument."""
+    ranges = []
+    for name, arg in names_and_args:
+        if hasattr(arg, "data_ptr") and hasattr(arg, "untyped_storage"):
+            storage = arg.untyped_storage()
+            lo = int(storage.data_ptr())
+            ranges.append((name, lo, lo + int(storage.nbytes())))
+    return ranges
+
+
+def _check_wild(kind: str, ptrs, mask) -> None:
+    """Raise WildAccess for the first active address further than WILD_BYTES from every
+    tensor argument's storage."""
+    if not _storages:
+        return
+    addresses = np.asarray(ptrs.data, dtype=np.uint64).reshape(-1)
+    if mask is not None:
+        addresses = addresses[np.broadcast_to(np.asarray(mask.data), ptrs.data.shape).reshape(-1)]
+    if addresses.size == 0:
+        return
+    near = np.zeros(addresses.size, dtype=bool)
+    for _, lo, hi in _storages:
+        near |= (addresses + np.uint64(WILD_BYTES) >= np.uint64(lo)) & (
+            addresses < np.uint64(hi + WILD_BYTES)
+        )
+    if near.all():
+        return
+    address = int(addresses[np.argmin(near)])
+    name, lo, hi = min(_storages, key=lambda r: min(abs(address - r[1]), abs(address - r[2])))
+    where = (
+        f"{lo - address} bytes before"
+        if address < lo
+        else f"{address - hi + 1} bytes past the end of"
+    )
+    raise WildAccess(
+        f"bounds: kernel {_kernel_name} {kind} at 0x{address:x}, {where} the storage of its "
+        f"argument '{name}' (the nearest of {len(_storages)}), no tensor it was given within "
+        f"{WILD_BYTES} bytes: on a GPU an illegal memory access. An offset that wrapped at 32 "
+        "bits (an i32 program_id or argument times a stride) lands so"
+    )
+
+
 def _install_access_hooks(builder, interp) -> None:
     from . import _races
 
@@ -308,21 +365,25 @@ def _install_access_hooks(builder, interp) -> None:
     rmw, cas, barrier = builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_barrier
 
     def masked_load(ptrs, mask, *rest):
+        _check_wild("loads", ptrs, mask)
         if _launch is not None:
             _launch.record(_races.LOAD, ptrs.data, mask.data, _element_bytes(ptrs))
         return load(ptrs, mask, *rest)
 
     def masked_store(ptrs, value, mask, *rest):
+        _check_wild("stores", ptrs, mask)
         if _launch is not None:
             _launch.record(_races.STORE, ptrs.data, mask.data, _element_bytes(ptrs))
         return store(ptrs, value, mask, *rest)
 
     def atomic_rmw(op, ptr, val, mask, *rest):
+        _check_wild("updates atomically", ptr, mask)
         if _launch is not None:
             _launch.record(_races.ATOMIC, ptr.data, mask.data, _element_bytes(ptr))
         return rmw(op, ptr, val, mask, *rest)
 
     def atomic_cas(ptr, *rest):
+        _check_wild("updates atomically", ptr, None)
         if _launch is not None:
             _launch.record(_races.ATOMIC, ptr.data, None, _element_bytes(ptr))
         return cas(ptr, *rest)
@@ -340,20 +401,43 @@ def _install_access_hooks(builder, interp) -> None:
     skip = (os.path.dirname(interp.__file__).rsplit(os.sep, 1)[0], os.path.dirname(__file__))
 
     def checked_launch(self, *args, **kwargs):
-        global _launch
-        if _race_tensors is None:
-            return launch_grid(self, *args, **kwargs)
-        _launch = _races.LaunchRecord(self.fn.__name__, _race_tensors, skip)
+        global _launch, _storages, _kernel_name
+        outer = (_storages, _kernel_name)
+        named = list(zip(self.arg_names, args)) + list(kwargs.items())
+        _storages, _kernel_name = _storage_ranges(named), self.fn.__name__
         try:
-            result = launch_grid(self, *args, **kwargs)
-            found = _launch.find()
+            if _race_tensors is None:
+                return launch_grid(self, *args, **kwargs)
+            _launch = _races.LaunchRecord(self.fn.__name__, _race_tensors, skip)
+            try:
+                result = launch_grid(self, *args, **kwargs)
+                found = _launch.find()
+            finally:
+                _launch = None
+            if found:
+                raise _races.RaceFound(found)
+            return result
         finally:
-            _launch = None
-        if found:
-            raise _races.RaceFound(found)
-        return result
+            _storages, _kernel_name = outer
 
     interp.GridExecutor.__call__ = checked_launch
+    restore = interp.GridExecutor._restore_args_dev
+
+    def restore_args(self, args_dev, args_hst, kwargs, kwargs_hst):
+        # A CPU tensor's host copy is the tensor itself: copying its storage onto itself would
+        # touch every page of it (a lazily mapped reservation of gigabytes, for one).
+        def itself(dev, hst) -> bool:
+            return (
+                hasattr(dev, "untyped_storage")
+                and hasattr(hst, "untyped_storage")
+                and dev.untyped_storage().data_ptr() == hst.untyped_storage().data_ptr()
+            )
+
+        args_dev = [None if itself(d, h) else d for d, h in zip(args_dev, args_hst)]
+        kwargs = {k: None if itself(v, kwargs_hst.get(k)) else v for k, v in kwargs.items()}
+        return restore(self, args_dev, args_hst, kwargs, kwargs_hst)
+
+    interp.GridExecutor._restore_args_dev = restore_args
 
 
 def _byte_range(a) -> tuple:
