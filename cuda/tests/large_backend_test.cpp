@@ -174,6 +174,104 @@ TEST_P(LargeBackendTest, TensorSpanningMoreThan2To31Elements) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// kv_split and its backward with THD views whose last row starts past 2^31 elements (kv and
+// key; grad_key and grad_kv) give, element for element, the bits the same backend gives on the
+// same rows laid out compactly: where a row lies must not change what is computed there.
+TEST_P(LargeBackendTest, KvSplitAndItsBackwardOnRowsPast2To31ElementsMatchCompactRows) {
+  constexpr std::int64_t kRows = 3, kHeads = 2, kK = 8, kV = 8, kEmb = 16;
+  constexpr std::int64_t kRowStride = (std::int64_t{1} << 30) + 24;  // row 2 at > 2^31 elements
+  constexpr std::int64_t kKv = kK + kV, kKey = kK + kEmb;
+  auto span_bytes = [&](std::int64_t head_width) {
+    return static_cast<std::size_t>(kRowStride * (kRows - 1) + kHeads * head_width) * 2;
+  };
+  const std::size_t total = 2 * span_bytes(kKv) + 2 * span_bytes(kKey);
+  if (backend() == BackendKind::cuda && detail::cuda::free_memory() < total + (64u << 20))
+    GTEST_SKIP() << "the CUDA device has " << detail::cuda::free_memory() << " bytes free; this "
+                 << "test needs " << total << " (four bf16 views spanning > 2^31 elements)";
+  SpanMemory kv_span(backend(), span_bytes(kKv)), key_span(backend(), span_bytes(kKey));
+  SpanMemory grad_key_span(backend(), span_bytes(kKey)), grad_kv_span(backend(), span_bytes(kKv));
+  if (backend() == BackendKind::host) {
+    for (SpanMemory* m : {&kv_span, &key_span, &grad_key_span, &grad_kv_span})
+      ASSERT_NE(m->data(), nullptr);
+  }
+  auto span_view = [&](SpanMemory& m, std::int64_t head_width) {
+    TensorView v;
+    v.data = m.data();
+    v.dtype = DType::bf16;
+    v.rank = 3;
+    v.shape = {kRows, kHeads, head_width, 0};
+    v.strides = {kRowStride, head_width, 1, 0};
+    return v;
+  };
+  auto row_bytes = [](std::int64_t head_width) {
+    return static_cast<std::size_t>(kHeads * head_width) * 2;
+  };
+  auto row_at = [](std::int64_t row) { return static_cast<std::size_t>(row * kRowStride * 2); };
+  auto compact_row = [&](const Tensor& t, std::int64_t row, std::int64_t head_width) {
+    return t.storage().data() + kGuardBytes + row * row_bytes(head_width);
+  };
+  Rng rng(10);
+  Tensor kv(DType::bf16, {kRows, kHeads, kKv}), k_pe(DType::bf16, {kRows, 1, kEmb});
+  Tensor grad_key(DType::bf16, {kRows, kHeads, kKey}), grad_value(DType::bf16, {kRows, kHeads, kV});
+  for (Tensor* t : {&kv, &k_pe, &grad_key, &grad_value}) t->fill_uniform(rng);
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    kv_span.write(row_at(r), compact_row(kv, r, kKv), row_bytes(kKv));
+    grad_key_span.write(row_at(r), compact_row(grad_key, r, kKey), row_bytes(kKey));
+  }
+  Tensor key(DType::bf16, {kRows, kHeads, kKey}), value(DType::bf16, {kRows, kHeads, kV});
+  Tensor spread_value(DType::bf16, {kRows, kHeads, kV});
+  Tensor grad_kv(DType::bf16, {kRows, kHeads, kKv}), grad_k_pe(DType::bf16, {kRows, 1, kEmb});
+  Tensor spread_grad_k_pe(DType::bf16, {kRows, 1, kEmb});
+  Tensor cos = random_table(DType::f32, 8, kEmb, rng), sin = random_table(DType::f32, 8, kEmb, rng);
+  IndexArray cu({0, 1, 3});
+  for (Tensor* t : {&kv, &k_pe, &grad_key, &grad_value, &key, &value, &spread_value, &grad_kv,
+                    &grad_k_pe, &spread_grad_k_pe, &cos, &sin})
+    t->upload(backend());
+  cu.upload(backend());
+  KvSplitArgs a;
+  a.k_dim = kK;
+  a.v_dim = kV;
+  a.emb_dim = kEmb;
+  a.rotation.cos = cos.device_view();
+  a.rotation.sin = sin.device_view();
+  a.positions.layout = TokenLayout::thd;
+  a.positions.cu_seqlens = cu.device_view();
+  // On the host, the GPU model first (it names a wrapped offset as an access outside the call's
+  // tensors instead of making it), then the executor as built.
+  for (const bool model :
+       backend() == BackendKind::host ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
+    SCOPED_TRACE(model ? "GPU model" : "as built");
+    Stream stream = model ? Stream::host({1, 1, true}) : make_stream();
+    kv_split({span_view(kv_span, kKv), k_pe.device_view(), span_view(key_span, kKey),
+              spread_value.device_view(), a},
+             stream);
+    kv_split({kv.device_view(), k_pe.device_view(), key.device_view(), value.device_view(), a},
+             stream);
+    kv_split_backward({span_view(grad_key_span, kKey), grad_value.device_view(),
+                       span_view(grad_kv_span, kKv), spread_grad_k_pe.device_view(), a},
+                      stream);
+    kv_split_backward({grad_key.device_view(), grad_value.device_view(), grad_kv.device_view(),
+                       grad_k_pe.device_view(), a},
+                      stream);
+    stream.synchronize();
+    for (Tensor* t : {&key, &value, &spread_value, &grad_kv, &grad_k_pe, &spread_grad_k_pe})
+      t->download();
+    std::int64_t rows_differing = 0;
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      std::vector<unsigned char> spread_key(row_bytes(kKey)), spread_grad_kv(row_bytes(kKv));
+      key_span.read(row_at(r), spread_key.data(), spread_key.size());
+      grad_kv_span.read(row_at(r), spread_grad_kv.data(), spread_grad_kv.size());
+      rows_differing +=
+          std::memcmp(spread_key.data(), compact_row(key, r, kKey), row_bytes(kKey)) != 0;
+      rows_differing +=
+          std::memcmp(spread_grad_kv.data(), compact_row(grad_kv, r, kKv), row_bytes(kKv)) != 0;
+    }
+    EXPECT_EQ(rows_differing, 0) << "key or grad_kv rows differ from the compact run's";
+    EXPECT_EQ(spread_value.storage(), value.storage());
+    EXPECT_EQ(spread_grad_k_pe.storage(), grad_k_pe.storage());
+  }
+}
+
 // A dense SBHD tensor of more than 2^31 elements in device memory (the host backend runs the
 // sparse test above): every row is computed, the last rows (past 2^31 elements) are checked.
 TEST_P(LargeBackendTest, DenseTensorOfMoreThan2To31ElementsOnTheDevice) {
