@@ -37,6 +37,11 @@ NOT_RUN_HERE = [
         "slowed_kernel_gate_test, its command by output_formats (mlarope compare)",
     ),
     (
+        r"/tmp/tvenv",
+        "triton-viz's own environment (Triton 3.6.0, z3-solver, flask; minutes to set up): "
+        "its comparison is run by hand and its results are in docs/triton.md's table",
+    ),
+    (
         r"fuzz_megatron\.py|pip install",
         "needs the Python package and megatron-core in a virtual environment: "
         "ci/python-test.sh installs them and runs the same fuzz (test_megatron.py)",
