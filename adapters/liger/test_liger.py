@@ -114,6 +114,52 @@ def test_finding_seq1_row_stride():
     assert done.returncode == 1 and "reproduced" in done.stdout, done.stdout + done.stderr
 
 
+def test_rows_past_2_31_elements_are_rotated_in_a_few_pages():
+    # rope.py computes row offsets from pid.to(tl.int64): q and k of 9 rows of one head of
+    # 2^28 elements (rotary_dim 64 of them), over lazily mapped reservations, row 8 at 2^31.
+    result = subprocess_json(__file__, "large-offset")
+    assert result["rotated"] == list(range(9)), result
+    assert result["resident_growth_mb"] < 64, result
+
+
+def _large_offset_main() -> int:
+    import mmap
+
+    import numpy as np
+
+    from mlarope import triton as mt
+
+    mt.interpreter()
+    import torch
+
+    sys.path.insert(0, HERE)
+    from liger_rope import LigerRope
+
+    liger = LigerRope().liger  # ops/rope.py, loaded as the adapter loads it
+
+    rows, head_dim, rot = 9, 1 << 28, 64
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
+
+    def reservation():  # [B, H, S, D] = [9, 1, 1, 2^28]: row b starts at b * 2^28
+        memory = mmap.mmap(-1, rows * head_dim * 4, flags=flags)
+        return torch.from_numpy(np.frombuffer(memory, dtype=np.float32)).view(rows, 1, 1, head_dim)
+
+    def resident() -> int:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * mmap.PAGESIZE
+
+    before = resident()
+    q, k = reservation(), reservation()
+    q[..., :rot] = 1.0
+    cos, sin = torch.zeros(1, rot), torch.ones(1, rot)  # a quarter turn: (1, 1) -> (-1, 1)
+    q_out, _, _, _ = liger.rope_forward(q, k, cos, sin)
+    want = torch.cat([torch.full((rot // 2,), -1.0), torch.full((rot // 2,), 1.0)])
+    rotated = [b for b in range(rows) if torch.equal(q_out[b, 0, 0, :rot], want)]
+    growth = (resident() - before) / 2**20
+    print(json.dumps({"rotated": rotated, "resident_growth_mb": round(growth, 1)}))
+    return 0
+
+
 def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
     sys.path.insert(0, HERE)
     from liger_rope import LigerRope
@@ -134,3 +180,5 @@ def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "fuzz":
     sys.exit(_fuzz_main(sys.argv[2], sys.argv[3]))
+if __name__ == "__main__" and sys.argv[1:] == ["large-offset"]:
+    sys.exit(_large_offset_main())
