@@ -336,6 +336,9 @@ def _check_wild(kind: str, ptrs, mask) -> None:
         addresses = addresses[np.broadcast_to(np.asarray(mask.data), ptrs.data.shape).reshape(-1)]
     if addresses.size == 0:
         return
+    first, last = int(addresses.min()), int(addresses.max())
+    if any(lo - WILD_BYTES <= first and last < hi + WILD_BYTES for _, lo, hi in _storages):
+        return  # the usual tile: all of it near one tensor
     near = np.zeros(addresses.size, dtype=bool)
     for _, lo, hi in _storages:
         near |= (addresses + np.uint64(WILD_BYTES) >= np.uint64(lo)) & (
