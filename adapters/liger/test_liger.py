@@ -125,8 +125,6 @@ def test_rows_past_2_31_elements_are_rotated_in_a_few_pages():
 def _large_offset_main() -> int:
     import mmap
 
-    import numpy as np
-
     from mlarope import triton as mt
 
     mt.interpreter()
@@ -138,11 +136,9 @@ def _large_offset_main() -> int:
     liger = LigerRope().liger  # ops/rope.py, loaded as the adapter loads it
 
     rows, head_dim, rot = 9, 1 << 28, 64
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
 
     def reservation():  # [B, H, S, D] = [9, 1, 1, 2^28]: row b starts at b * 2^28
-        memory = mmap.mmap(-1, rows * head_dim * 4, flags=flags)
-        return torch.from_numpy(np.frombuffer(memory, dtype=np.float32)).view(rows, 1, 1, head_dim)
+        return mt.reserved((rows, 1, 1, head_dim))
 
     def resident() -> int:
         with open("/proc/self/statm", encoding="ascii") as f:

@@ -171,6 +171,19 @@ def torch_view(a: np.ndarray, dtype: str):
         return torch.from_numpy(a)
 
 
+def reserved(shape, dtype: str = "f32"):
+    """A CPU tensor of ``shape`` over anonymous memory mapped lazily (``MAP_NORESERVE``): only
+    the pages a kernel touches cost memory, so views whose offsets pass 2^31 elements fit in
+    megabytes. Unmapped when its last view goes. Its bytes start as zeros."""
+    import mmap
+
+    np_dtype = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[dtype]
+    count = int(np.prod(shape, dtype=np.int64))
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
+    memory = mmap.mmap(-1, max(1, count * np.dtype(np_dtype).itemsize), flags=flags)
+    return torch_view(np.frombuffer(memory, dtype=np_dtype, count=count), dtype).view(*shape)
+
+
 def values_of(a: np.ndarray, dtype: str) -> np.ndarray:
     """The values of a harness array of the call's ``dtype`` as floats: bf16, which arrives as
     its uint16 bit patterns, widened to f32 (exactly); f32 and f16 as they are."""

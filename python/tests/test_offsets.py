@@ -10,7 +10,6 @@ import contextlib
 import importlib.util
 import mmap
 
-import numpy as np
 import pytest
 
 if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
@@ -27,10 +26,8 @@ GIB = 1 << 30
 
 @contextlib.contextmanager
 def reservation(nbytes: int):
-    """A float32 tensor over ``nbytes`` of anonymous memory that costs nothing until touched
-    (unmapped when the last view of it goes)."""
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
-    yield torch.from_numpy(np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype=np.float32))
+    """A float32 tensor over ``nbytes`` of lazily mapped memory (mt.reserved)."""
+    yield mt.reserved((nbytes // 4,))
 
 
 def resident_bytes() -> int:

@@ -19,11 +19,9 @@ kernel faults or leaves entry 8 unrotated. Exit status 1 and "reproduced" when i
     python repro.py [path/to/flash_attn/ops/triton/rotary.py]
 """
 
-import mmap
 import os
 import sys
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,9 +36,9 @@ def x_view() -> torch.Tensor:
     if GPU:
         base = torch.zeros(B * BATCH, device="cuda")
     else:
-        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
-        memory = mmap.mmap(-1, B * BATCH * 4, flags=flags)
-        base = torch.from_numpy(np.frombuffer(memory, dtype=np.float32))
+        from mlarope import triton as mt
+
+        base = mt.reserved((B * BATCH,))
     return base.as_strided((B, 1, 1, D), (BATCH, D, D, 1))
 
 

@@ -19,11 +19,9 @@ rotated (with int64.patch, which casts pid_m to int64 in the four kernels).
     MLAROPE_MEGATRON_ROOT=... python repro.py
 """
 
-import mmap
 import os
 import sys
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,9 +35,9 @@ GPU = torch.cuda.is_available()
 def q_tensor() -> torch.Tensor:
     if GPU:
         return torch.zeros(T, 1, D, device="cuda")
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
-    memory = mmap.mmap(-1, T * D * 4, flags=flags)
-    return torch.from_numpy(np.frombuffer(memory, dtype=np.float32)).view(T, 1, D)
+    from mlarope import triton as mt
+
+    return mt.reserved((T, 1, D))
 
 
 def main() -> int:
