@@ -5,7 +5,7 @@
 # then the package's tests (python/tests) from outside the source tree's package folder; then
 # the adapters: megatron-core's RoPE, and the Triton kernels of Megatron, Liger and flash-attn
 # under Triton's interpreter (mlarope.triton, the newest Triton it knows; the package's Triton
-# tests also under the oldest), each release pinned by hash (pip's cache keeps the downloads). PYTHON_VENV (default build-python/venv) is where the environment goes.
+# tests also under the oldest), each release pinned by hash (pip's cache and adapters/releases.py's keep the downloads). PYTHON_VENV (default build-python/venv) is where the environment goes.
 # MLAROPE_SKIP_MEGATRON=1 leaves out megatron-core, MLAROPE_SKIP_TRITON=1 the Triton kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,15 +47,8 @@ pytest_in() {  # pytest_in FOLDER FILE...: tests from their folder
 if ((megatron)); then
   pip_install --no-deps --require-hashes -r adapters/megatron/requirements.txt
 fi
-if ((megatron && triton)); then
-  pip_download --no-deps --only-binary :all: --python-version 3.12 \
-    --platform manylinux_2_28_x86_64 --require-hashes \
-    -r adapters/megatron/requirements-0.19.2.txt -d adapters/megatron/downloads
-fi
 if ((triton)); then
   pip_install --no-deps --require-hashes -r adapters/liger/requirements.txt
-  pip_download --no-deps --no-binary :all: --require-hashes \
-    -r adapters/flash_attn/requirements.txt -d adapters/flash_attn/downloads
 fi
 # Two lanes, one core each (every test process is single-threaded, and the lanes take about
 # the same time): Megatron's Triton kernels and flash-attn's in the background, logged and
@@ -85,6 +78,8 @@ fi
 if ((triton)); then
   echo "python: liger-kernel's Triton RoPE under the interpreter"
   pytest_in adapters/liger test_liger.py || others_status=$?
+  echo "python: the findings (their folders, docs/findings.md, a sample of the release matrix)"
+  pytest_in adapters test_findings.py || others_status=$?
   # The oldest Triton the shims know, in a second environment that shares this one's package:
   # the package's Triton tests (the adapters ran under the newest above).
   old_venv=$venv-triton-3.6.0

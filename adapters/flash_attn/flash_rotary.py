@@ -3,8 +3,8 @@
 an mlarope backend, for ``mlarope.triton.TritonBackend(FlashRotary())``.
 
 flash-attn's package builds CUDA extensions in its setup.py, so nothing of it is installed: the
-one file is read out of the release's sdist (pinned by hash, ``SDIST_SHA256``) into a cache
-directory and loaded by path. ``apply_rotary(x, cos, sin, seqlen_offsets, cu_seqlens,
+one file is read out of the release's sdist (``adapters/releases.py``, pinned by hash in
+``releases.toml``) and loaded by path. ``apply_rotary(x, cos, sin, seqlen_offsets, cu_seqlens,
 max_seqlen, interleaved, inplace, conjugate)`` rotates the first ``rotary_dim`` elements of every
 head of ``x`` ([B, S, H, D], or [T, H, D] with ``cu_seqlens``; any strides) with
 ``cos``/``sin`` of shape [seqlen_ro, rotary_dim / 2] (one entry per pair), token ``s`` of
@@ -53,56 +53,33 @@ proxy, ``_Torch``; the rest of torch is untouched):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import os
-import tarfile
+import sys
 import types
 
 import numpy as np
 
 from mlarope.rope_only import KvSplitByRope
 
-VERSION = "2.8.3.post2"
-SDIST = f"flash_attn-{VERSION}.tar.gz"
-SDIST_SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
-#: How CI gets the sdist (its hash is checked when it is read).
-DOWNLOAD = f"pip download --no-deps --no-binary :all: flash-attn=={VERSION} -d DIR"
-MEMBER = f"flash_attn-{VERSION}/flash_attn/ops/triton/rotary.py"
+VERSION = "2.8.3.post2"  # the release the adapter is written against (and CI fuzzes)
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.dirname(HERE))  # adapters/: releases.py
+import releases  # noqa: E402
+
+#: The kernel's path inside a release's tree.
+KERNEL = os.path.join("flash_attn", "ops", "triton", "rotary.py")
 
 
-def find_sdist() -> str | None:
-    """The sdist: $MLAROPE_FLASH_ATTN_SDIST (a file, or a directory holding it), else
-    adapters/flash_attn/downloads/; None when absent."""
-    for place in (os.environ.get("MLAROPE_FLASH_ATTN_SDIST"), os.path.join(HERE, "downloads")):
-        if not place:
-            continue
-        path = os.path.join(place, SDIST) if os.path.isdir(place) else place
-        if os.path.isfile(path):
-            return path
-    return None
+def release_root(version: str = VERSION) -> str:
+    """The folder of ``version``'s files, read out of its sdist (downloaded once, its hash
+    checked)."""
+    return releases.root("flash_attn", version)
 
 
-def extract(sdist: str, cache: str | None = None) -> str:
-    """rotary.py read out of the sdist (its sha256 checked) into the cache; returns its path."""
-    with open(sdist, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    if digest != SDIST_SHA256:
-        raise ValueError(f"{sdist}: sha256 {digest}, expected {SDIST_SHA256} ({SDIST})")
-    cache = cache or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "mlarope"
-    )
-    target = os.path.join(cache, f"flash_attn-{VERSION}", "rotary.py")
-    if not os.path.isfile(target):
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with tarfile.open(sdist) as tar:
-            source = tar.extractfile(MEMBER).read()
-        partial = f"{target}.{os.getpid()}"
-        with open(partial, "wb") as f:
-            f.write(source)
-        os.replace(partial, target)
-    return target
+def source(version: str = VERSION) -> str:
+    """rotary.py of ``version``."""
+    return os.path.join(release_root(version), KERNEL)
 
 
 class _Torch(types.ModuleType):
@@ -127,11 +104,7 @@ def load(path: str | None = None):
     from mlarope import triton as mt
 
     mt.interpreter()  # before the file imports triton
-    if path is None:
-        sdist = find_sdist()
-        if sdist is None:
-            raise FileNotFoundError(f"{SDIST} not found ({DOWNLOAD}; MLAROPE_FLASH_ATTN_SDIST)")
-        path = extract(sdist)
+    path = path or source()
     spec = importlib.util.spec_from_file_location("flash_attn_ops_triton_rotary", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -162,7 +135,10 @@ class FlashRotary(KvSplitByRope):
         return [self.flash.rotary_kernel]
 
     def environment(self) -> dict:
-        return {"flash-attn": VERSION, "flash-attn sdist sha256": SDIST_SHA256}
+        return {
+            "flash-attn": VERSION,
+            "flash-attn sdist sha256": releases.sha256("flash_attn", VERSION),
+        }
 
     # -- what maps
 

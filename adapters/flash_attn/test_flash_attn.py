@@ -7,8 +7,8 @@ Each fuzz runs in a subprocess (``python test_flash_attn.py fuzz ...``): a kerne
 past a guard corrupts the memory of the process it runs in, and then only that test fails.
 
 Needs the mlarope package (with mlarope.triton), Debian's python3-torch, triton (installed with
---no-deps) and flash-attn's sdist (``flash_rotary.DOWNLOAD``; found through
-$MLAROPE_FLASH_ATTN_SDIST or in adapters/flash_attn/downloads/): without it the tests skip.
+--no-deps) and flash-attn's sdist (adapters/releases.py downloads it once into its cache, or
+finds it there): without them the tests skip.
 """
 
 import json
@@ -49,11 +49,10 @@ def missing() -> str | None:
     why = _missing(("torch", "triton", "mlarope.triton"))
     if why:
         return why
-    if flash_rotary.find_sdist() is None:
-        return (
-            f"{flash_rotary.SDIST} is not here: {flash_rotary.DOWNLOAD} with DIR "
-            "adapters/flash_attn/downloads, or set MLAROPE_FLASH_ATTN_SDIST"
-        )
+    try:
+        flash_rotary.source()
+    except OSError as e:  # not in the cache, and no network
+        return f"flash-attn {flash_rotary.VERSION}'s sdist is not at hand: {e}"
     return None
 
 
@@ -122,16 +121,16 @@ def test_finding_batch_offsets_wrap_past_2_31_elements_and_int64_ends_it(tmp_pat
             [sys.executable, repro, *args], capture_output=True, text=True, timeout=600
         )
 
-    done = run_repro()
+    done = run_repro(flash_rotary.release_root())
     out = done.stdout + done.stderr
     assert done.returncode == 1 and "reproduced" in done.stdout, out
     assert "kernel rotary_kernel loads at" in out and "8589934592 bytes before" in out, out
-    source = flash_rotary.extract(flash_rotary.find_sdist())
-    with open(source, encoding="utf-8") as f:
+    with open(flash_rotary.source(), encoding="utf-8") as f:
         patched = apply_patch(f.read(), os.path.join(folder, "int64.patch"))
-    fixed_source = tmp_path / "rotary.py"
+    fixed_source = tmp_path / flash_rotary.KERNEL
+    fixed_source.parent.mkdir(parents=True)
     fixed_source.write_text(patched, encoding="utf-8")
-    fixed = run_repro(str(fixed_source))
+    fixed = run_repro(str(tmp_path))
     assert fixed.returncode == 0 and "all 9 batch entries rotated" in fixed.stdout, (
         fixed.stdout + fixed.stderr
     )

@@ -8,8 +8,9 @@ yarn_rotary_pos_embedding.py and, on a GPU, fused_mla_yarn_rope_apply.py. The mo
 import from megatron.core but that the RoPE code does not use on these paths are stand-ins:
 
 - ``megatron.core.parallel_state``: only read when no ``cp_group`` is passed (we always pass one);
-- ``megatron.core.utils``: ``internal_api`` and ``null_decorator`` (decorators that return the
-  function), ``deprecate_inference_params`` (unused by RoPE);
+- ``megatron.core.utils``: ``internal_api``, ``null_decorator`` and ``experimental_fn(...)``
+  (decorators that return the function), ``deprecate_inference_params`` (unused by RoPE),
+  ``is_te_min_version`` (False: Transformer Engine is not installed);
 - ``megatron.core.transformer``: ``TransformerConfig``, a type named in annotations only.
 """
 
@@ -23,52 +24,15 @@ import sys
 import types
 
 VERSION = "0.16.1"  # the wheel ci/python-test.sh installs (pinned, with its hash)
-#: A folder holding another release's unpacked files (``megatron/core/...`` and its
-#: ``*.dist-info``), used instead of the installed package: a wheel for another Python (0.19.2
-#: ships cp312 wheels only) whose RoPE files are pure Python. One release per process.
+#: A folder holding another release's files (``megatron/core/...`` and a ``VERSION`` file, as
+#: adapters/releases.py unpacks them), used instead of the installed package. One release per
+#: process.
 ROOT_VARIABLE = "MLAROPE_MEGATRON_ROOT"
 
 
-#: megatron-core 0.19.2, the newest release: a cp312 wheel only (one compiled helper of its
-#: datasets), whose RoPE files are pure Python and load on 3.11. Fetched by ci/python-test.sh:
-#:   pip download --no-deps --only-binary :all: --python-version 3.12 --require-hashes ...
-WHEEL_0_19_2 = (
-    "megatron_core-0.19.2-cp312-cp312-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
-    "8e3e486f13f559450415b9b9dc0ff3331a0bb83dd154553f7f350a75ff9c42b5",
-)
-#: What an adapter loads of a release: the RoPE files and the dist-info (for its version).
-_ROPE_FILES = (
-    "megatron/core/models/common/embeddings/",
-    "megatron/core/fusions/fused_mla_yarn_rope_apply.py",
-)
-
-
-def find_wheel(wheel: tuple, folder: str) -> str | None:
-    """The wheel ``(file name, sha256)`` from ``$MLAROPE_MEGATRON_WHEEL`` or ``folder``, its
-    hash checked; None when it is in neither. A file with another hash is an error."""
-    import hashlib
-
-    name, sha256 = wheel
-    for path in (os.environ.get("MLAROPE_MEGATRON_WHEEL", ""), os.path.join(folder, name)):
-        if path and os.path.isfile(path):
-            with open(path, "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()
-            if digest != sha256:
-                raise ImportError(f"{path}: sha256 {digest}, expected {sha256} ({name})")
-            return path
-    return None
-
-
-def unpack_wheel(path: str, folder: str) -> None:
-    """Unpack a release's RoPE files and dist-info from its wheel into ``folder`` (a root for
-    ``MLAROPE_MEGATRON_ROOT``)."""
-    import zipfile
-
-    with zipfile.ZipFile(path) as wheel:
-        for member in wheel.namelist():
-            rope = member.startswith(_ROPE_FILES) and member.endswith(".py")
-            if rope or (".dist-info/" in member and member.endswith("/METADATA")):
-                wheel.extract(member, folder)
+#: The newest release, which CI runs beside the installed one: its files from
+#: ``adapters/releases.py`` (the sdist pinned by hash in releases.toml, unpacked without a build).
+NEWEST = "0.19.2"
 
 
 def _package(name: str, path: str | None) -> types.ModuleType:
@@ -104,6 +68,8 @@ def load():
         utils = types.ModuleType("megatron.core.utils")
         utils.internal_api = utils.null_decorator = lambda f: f
         utils.deprecate_inference_params = lambda *a, **k: None
+        utils.experimental_fn = lambda *a, **k: lambda f: f  # a decorator factory (<= 0.15)
+        utils.is_te_min_version = lambda *a, **k: False  # Transformer Engine is absent (<= 0.13)
         sys.modules["megatron.core.utils"] = utils
         transformer = types.ModuleType("megatron.core.transformer")
         transformer.TransformerConfig = type("TransformerConfig", (), {})
@@ -130,13 +96,16 @@ def _version() -> str:
         from importlib.metadata import version
 
         return version("megatron-core")
+    if os.path.isfile(os.path.join(root, "VERSION")):  # unpacked by adapters/releases.py
+        with open(os.path.join(root, "VERSION"), encoding="utf-8") as f:
+            return f.read().strip()
     for entry in os.listdir(root):
         if entry.startswith("megatron_core-") and entry.endswith(".dist-info"):
             with open(os.path.join(root, entry, "METADATA"), encoding="utf-8") as f:
                 for line in f:
                     if line.startswith("Version:"):
                         return line.split(":", 1)[1].strip()
-    raise ImportError(f"{ROOT_VARIABLE}={root}: no megatron_core-*.dist-info in it")
+    raise ImportError(f"{ROOT_VARIABLE}={root}: no VERSION nor megatron_core-*.dist-info in it")
 
 
 def load_fused():

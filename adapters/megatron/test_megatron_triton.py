@@ -1,15 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Megatron's fused MLA Triton kernels on the host, under Triton's interpreter
-(``mlarope.triton``): the fuzz over every autotune config (BLOCK_H 1..128) of 0.16.1 (installed)
-and of 0.19.2 (its cp312 wheel's pure-Python RoPE files, unpacked), and the three findings of
-these kernels replayed, each with one cause (finding 5, the q kernels' in-place race, with the
-race check on, and again with barrier.patch applied to a copy of the release's files).
+(``mlarope.triton``): the fuzz over every autotune config (BLOCK_H 1..128) of 0.16.1
+(installed) and of the newest release (its RoPE files read out of its sdist by
+adapters/releases.py), and the findings of these kernels replayed, each with one cause
+(finding 5, the q kernels' in-place race, with the race check on, and again with
+barrier.patch applied to a copy of the release's files).
 
 Each run is a subprocess (``python test_megatron_triton.py fuzz|check ...``): a kernel that
 stores past a guard corrupts the memory of the process it runs in, and then only that test
-fails. The 0.19.2 wheel is found through ``$MLAROPE_MEGATRON_WHEEL`` or in ``downloads/``
-(``ci/python-test.sh`` fetches it, pinned by hash: ``megatron_sources.WHEEL_0_19_2``); without
-it those tests skip, saying so.
+fails. Where that sdist can be neither found in the cache nor downloaded, those tests skip,
+saying so.
 """
 
 import json
@@ -42,14 +42,6 @@ def run(*args: str, root: str | None = None) -> dict:
     return subprocess_json(__file__, *args, env={"MLAROPE_MEGATRON_ROOT": root} if root else None)
 
 
-def wheel_0_19_2() -> str | None:
-    import megatron_sources
-
-    return megatron_sources.find_wheel(
-        megatron_sources.WHEEL_0_19_2, os.path.join(HERE, "downloads")
-    )
-
-
 if __name__ != "__main__":
     import pytest
 
@@ -60,25 +52,25 @@ if __name__ != "__main__":
 
     @pytest.fixture(scope="module")
     def release_root(request):
-        """None for the installed 0.16.1; a folder with 0.19.2's files unpacked."""
-        if request.param == "0.16.1":
+        """None for the installed 0.16.1; a folder with the newest release's files."""
+        if request.param == megatron_sources.VERSION:
             yield None
             return
-        wheel = wheel_0_19_2()
-        if wheel is None:
-            pytest.skip(
-                "megatron-core 0.19.2's wheel is not in adapters/megatron/downloads/ nor "
-                "$MLAROPE_MEGATRON_WHEEL (ci/python-test.sh fetches it)"
-            )
-        import megatron_sources
+        import releases
 
-        with tempfile.TemporaryDirectory() as folder:
-            megatron_sources.unpack_wheel(wheel, folder)
-            yield folder
+        try:
+            root = releases.root("megatron", request.param)
+        except OSError as e:  # not in the cache, and no network
+            pytest.skip(f"megatron-core {request.param}'s sdist is not at hand: {e}")
+        yield root
 
-    releases = pytest.mark.parametrize("release_root", ["0.16.1", "0.19.2"], indirect=True)
+    import megatron_sources
 
-    @releases
+    both_releases = pytest.mark.parametrize(
+        "release_root", [megatron_sources.VERSION, megatron_sources.NEWEST], indirect=True
+    )
+
+    @both_releases
     def test_fused_fuzz_is_clean_on_every_config(release_root, tmp_path, capsys):
         # Every case once per BLOCK_H; the two findings are declined by name (tested below).
         from megatron_fused import FUZZ_NARROWING  # what the kernels can take
@@ -94,7 +86,7 @@ if __name__ != "__main__":
             assert f"BLOCK_H={block_h} {budget(90)}/0" in result["summary"], result["summary"]
         assert ran(result["summary"]) >= budget(90) * len(BLOCK_H) // 8, "too few cases ran"
 
-    @releases
+    @both_releases
     def test_finding_3_head_mask_fails_on_exactly_the_configs_it_predicts(release_root):
         # 5 heads: a config whose BLOCK_H is below the head count and does not divide it leaves
         # the last block of a token covering heads past the last, which the mask lets through
@@ -113,7 +105,7 @@ if __name__ != "__main__":
                 value = next(line for line in report["lines"] if line.startswith("value"))
                 assert "fail" in value, lines
 
-    @releases
+    @both_releases
     def test_finding_4_padding_rows_fail_on_every_config(release_root):
         # 2 heads (no config of finding 3 touches them): a THD row past cu_seqlens[-1] keeps
         # position -1, so the kernel reads the table row before the table (a NaN guard here)
@@ -125,7 +117,7 @@ if __name__ != "__main__":
             value = next(line for line in report["lines"] if line.startswith("value"))
             assert not report["ok"] and "fail" in value and "got nan" in value, value
 
-    @releases
+    @both_releases
     def test_finding_6_token_offsets_wrap_past_2_31_elements_and_int64_ends_it(release_root):
         # Token 8 of a THD q with 2^28 elements per token starts at 2^31 elements: the q
         # kernel's i32 pid_m * stride_x_seq wraps and its load lands 7 GiB before q, which
@@ -142,7 +134,7 @@ if __name__ != "__main__":
         assert fixed.returncode == 0, fixed.stdout + fixed.stderr
         assert "all 9 tokens rotated" in fixed.stdout, fixed.stdout
 
-    @releases
+    @both_releases
     @pytest.mark.parametrize("direction", ["forward", "backward"])
     def test_finding_5_q_kernels_race_in_place_and_a_barrier_ends_it(release_root, direction):
         # The q kernels load the rope slice (interleaved pairs forward, halves backward) and

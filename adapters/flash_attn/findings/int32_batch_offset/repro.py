@@ -14,9 +14,12 @@ takes with its strides): entry 8 starts at 2^31, with 9 pages touched. On a CPU 
 over a lazily mapped reservation and Triton's interpreter runs the kernel under mlarope.triton,
 which stops the wild load before it is made; on a GPU it is 9 GiB of device memory and the
 kernel faults or leaves entry 8 unrotated. Exit status 1 and "reproduced" when it reproduces,
-0 when every entry is rotated (with int64.patch).
+0 when every entry is rotated (with int64.patch), 3 when the release has no such kernel.
 
-    python repro.py [path/to/flash_attn/ops/triton/rotary.py]
+    python repro.py [ROOT]
+
+ROOT: a folder holding a release's ``flash_attn/ops/triton/rotary.py`` (as
+adapters/releases.py unpacks it); without it, the installed flash-attn.
 """
 
 import os
@@ -42,15 +45,39 @@ def x_view() -> torch.Tensor:
     return base.as_strided((B, 1, 1, D), (BATCH, D, D, 1))
 
 
+def rotary_module(root):
+    """flash_attn/ops/triton/rotary.py of the release at ``root`` (or the installed one), as
+    is on a GPU, with flash_rotary's shims for torch 1.13 without CUDA otherwise; None when
+    the release has no such file."""
+    import importlib.util
+
+    if root is None:
+        spec = importlib.util.find_spec("flash_attn")
+        if spec is None:
+            sys.exit("flash-attn is not installed: give the ROOT of a release's files")
+        root = os.path.dirname(list(spec.submodule_search_locations)[0])
+    path = os.path.join(root, "flash_attn", "ops", "triton", "rotary.py")
+    if not os.path.isfile(path):
+        return None
+    if not GPU:
+        import flash_rotary
+
+        return flash_rotary.load(path)
+    spec = importlib.util.spec_from_file_location("flash_attn_rotary", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> int:
     if not GPU:
         from mlarope import triton as mt
 
         mt.interpreter()
-    import flash_rotary
-
-    path = sys.argv[1] if len(sys.argv) > 1 else flash_rotary.extract(flash_rotary.find_sdist())
-    flash = flash_rotary.load(path)
+    flash = rotary_module(sys.argv[1] if len(sys.argv) > 1 else None)
+    if flash is None:
+        print("not reached: no flash_attn/ops/triton/rotary.py in this release")
+        return 3
     device = "cuda" if GPU else "cpu"
     x = x_view()
     x[..., :ROT] = 1.0

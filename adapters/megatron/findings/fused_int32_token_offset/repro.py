@@ -14,9 +14,13 @@ same product at token 8 with 9 pages touched. On a CPU the tensor lies over a la
 reservation and Triton's interpreter runs the kernel under mlarope.triton, which stops the wild
 load before it is made; on a GPU it is 9 GiB of device memory and the kernel faults or leaves
 token 8 unrotated. Exit status 1 and "reproduced" when it reproduces, 0 when every token is
-rotated (with int64.patch, which casts pid_m to int64 in the four kernels).
+rotated (with int64.patch, which casts pid_m to int64 in the four kernels), 3 when the
+release has no fused MLA kernels.
 
-    MLAROPE_MEGATRON_ROOT=... python repro.py
+    python repro.py [ROOT]
+
+ROOT: a folder holding a release's ``megatron/core/...`` files (as adapters/releases.py unpacks
+them; ``$MLAROPE_MEGATRON_ROOT`` likewise); without it, the installed megatron-core.
 """
 
 import os
@@ -47,7 +51,13 @@ def main() -> int:
         mt.interpreter()
     import megatron_sources
 
-    fused = megatron_sources.load_fused()
+    if len(sys.argv) > 1:
+        os.environ[megatron_sources.ROOT_VARIABLE] = sys.argv[1]
+    try:
+        fused = megatron_sources.load_fused()
+    except ModuleNotFoundError as e:
+        print(f"not reached: {e}")
+        return 3
     if not GPU:  # one config: the interpreter's autotuner would need a GPU to time them
         tuner = mt._autotuner(fused.rotary_fwd_q_kernel)
         tuner.configs = tuner.configs[:1]
