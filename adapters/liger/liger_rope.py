@@ -59,25 +59,25 @@ from mlarope.rope_only import KvSplitByRope
 VERSION = "0.8.5"  # requirements.txt pins this wheel by hash
 
 
-def _rope_file() -> str:
-    """The path of liger_kernel/ops/rope.py in the installed wheel (without importing it)."""
+def _ops_file(name: str = "rope.py") -> str:
+    """The path of liger_kernel/ops/<name> in the installed wheel (without importing it)."""
     spec = importlib.util.find_spec("liger_kernel")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(
             f"liger-kernel is not installed (pip install --no-deps liger-kernel=={VERSION})"
         )
-    return os.path.join(list(spec.submodule_search_locations)[0], "ops", "rope.py")
+    return os.path.join(list(spec.submodule_search_locations)[0], "ops", name)
 
 
-def load(path: str | None = None):
-    """Liger's rope module, loaded from its file alone, under Triton's interpreter.
+def load(path: str | None = None, name: str = "rope.py"):
+    """Liger's ``ops/<name>`` module, loaded from its file alone, under Triton's interpreter.
 
     ``path`` may name another copy of the file (another release's, to compare)."""
     from mlarope import triton as mt
 
     mt.interpreter()  # before the file imports triton
-    path = path or _rope_file()
-    spec = importlib.util.spec_from_file_location("liger_kernel_ops_rope", path)
+    path = path or _ops_file(name)
+    spec = importlib.util.spec_from_file_location(f"liger_kernel_ops_{name[:-3]}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -215,7 +215,7 @@ class LigerRope(KvSplitByRope):
 
     # -- the mapping
 
-    def _bhsd(self, call, a: np.ndarray, dtype: str):
+    def _kernel_view(self, call, a: np.ndarray, dtype: str):
         """A tensor over the harness array, as Liger's [B, H, S, D] (SBHD permuted, THD B = 1)."""
         x = self.mt.torch_view(a, dtype)
         return x.permute(1, 2, 0, 3) if call.layout == "sbhd" else x.permute(1, 0, 2)[None]
@@ -280,7 +280,7 @@ class LigerRope(KvSplitByRope):
     heads_dim = 1  # Liger's [B, H, S, D]
 
     def _pe_view(self, call, a: np.ndarray):
-        return self._bhsd(call, a, call.dtype)
+        return self._kernel_view(call, a, call.dtype)
 
     def _rotate_pe(self, call, pe, backward: bool):
         """Liger's k path on a one-head tensor ([B, 1, S, d]); the result, a new tensor."""
@@ -301,4 +301,4 @@ class LigerRope(KvSplitByRope):
             return
         if not call.in_place:
             out[...] = t  # Liger rotates in place: it gets the output, holding the input
-        self._rotate(call, self._bhsd(call, out[..., n:], dtype), call.op == "rope_backward")
+        self._rotate(call, self._kernel_view(call, out[..., n:], dtype), call.op == "rope_backward")

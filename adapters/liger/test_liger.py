@@ -27,11 +27,13 @@ def budget(cases: int) -> int:  # about 10, 5 and 2 s here at scale 1
     return _budget(cases, "MLAROPE_LIGER_SCALE")
 
 
-def run_fuzz(adapter_flags: dict, **fuzz_args) -> dict:
-    """mlarope.fuzz of TritonBackend(LigerRope(**adapter_flags)) in a subprocess, its draws
-    even (steer=False): the budgets and the census here were sized for even draws."""
+def run_fuzz(adapter_flags: dict, kernel: str = "rope", **fuzz_args) -> dict:
+    """mlarope.fuzz of TritonBackend(LigerRope()) (``kernel`` "llama4": LigerLlama4Rope()),
+    ``adapter_flags`` set on it, in a subprocess, its draws even (steer=False): the budgets and
+    the census here were sized for even draws."""
     fuzz_args.setdefault("steer", False)
-    return subprocess_json(__file__, "fuzz", json.dumps(adapter_flags), json.dumps(fuzz_args))
+    flags = json.dumps(adapter_flags)
+    return subprocess_json(__file__, "fuzz", kernel, flags, json.dumps(fuzz_args))
 
 
 def missing() -> str | None:
@@ -104,6 +106,44 @@ def test_a_wrong_mapping_fails_the_fuzz(tmp_path):
     assert result["failing_cases"] > 0, result["summary"]
 
 
+def test_llama4_fuzz_is_clean_where_it_maps(tmp_path, capsys):
+    # ops/llama4_rope.py: interleaved pairs, one table row per position for every batch entry.
+    result = run_fuzz(
+        {},
+        "llama4",
+        cases=budget(300),
+        seed=5,
+        out=str(tmp_path),
+        size=12,
+        layouts="interleaved/interleaved/*",
+    )
+    show(capsys, "liger-kernel llama4_rope under Triton's interpreter, interleaved pairs", result)
+    assert result["failing_cases"] == 0, result["summary"]
+    assert ran(result["summary"]) >= budget(100), "too few cases ran through llama4_rope"
+
+
+def test_llama4_census_names_every_decline(tmp_path, capsys):
+    result = run_fuzz({}, "llama4", cases=budget(600), seed=6, out=str(tmp_path), size=8)
+    show(capsys, "liger llama4_rope: every op, dtype and flag", result)
+    assert result["failing_cases"] == 0, result["summary"]
+    assert "interleaved only" in result["summary"]
+    assert ran(result["summary"]) >= budget(30)
+
+
+def test_llama4_wrong_mapping_fails_the_fuzz(tmp_path):
+    # sin negated on every call: the fuzz must fail.
+    result = run_fuzz(
+        {"flip_sin": True},
+        "llama4",
+        cases=budget(30),
+        seed=3,
+        out=str(tmp_path),
+        size=8,
+        layouts="interleaved/interleaved/*",
+    )
+    assert result["failing_cases"] > 0, result["summary"]
+
+
 def test_finding_seq1_row_stride():
     # One token per sequence, B > 1, q contiguous as [B, H, 1, D]: Liger rotates the wrong rows
     # (the repro exits 1 when it reproduces). The adapter restrides such views (its docstring).
@@ -156,14 +196,15 @@ def _large_offset_main() -> int:
     return 0
 
 
-def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
+def _fuzz_main(kernel: str, adapter_flags: str, fuzz_args: str) -> int:
     sys.path.insert(0, HERE)
+    from liger_llama4_rope import LigerLlama4Rope
     from liger_rope import LigerRope
 
     import mlarope
     from mlarope import triton as mt
 
-    adapter = LigerRope()
+    adapter = {"rope": LigerRope, "llama4": LigerLlama4Rope}[kernel]()
     for name, value in json.loads(adapter_flags).items():
         setattr(adapter, name, value)
     try:
@@ -174,7 +215,7 @@ def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
     return 0
 
 
-if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "fuzz":
-    sys.exit(_fuzz_main(sys.argv[2], sys.argv[3]))
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "fuzz":
+    sys.exit(_fuzz_main(*sys.argv[2:]))
 if __name__ == "__main__" and sys.argv[1:] == ["large-offset"]:
     sys.exit(_large_offset_main())
