@@ -6,7 +6,8 @@ of one archive on PyPI (a wheel or an sdist) and its sha256, and the files an ad
 (``files``: paths inside the package, a trailing ``/`` for a folder). ``root(folder, version)``
 downloads the archive once into the cache, checks its hash, and unpacks only those files
 (Python sources) into ``<cache>/<folder>/<version>/``, which then holds the package's tree as
-it would be installed (``megatron/core/...``, ``liger_kernel/ops/...``) and a ``VERSION`` file.
+it would be installed (``megatron/core/...``, ``liger_kernel/ops/...``), a ``VERSION`` file and
+the list of files it was unpacked with (a change to ``files`` unpacks it anew).
 Nothing of a release is built or installed: no setup.py runs, no package's ``__init__``.
 
 The cache is ``$MLAROPE_RELEASE_CACHE``, else ``~/.cache/mlarope/releases`` (kept between
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -32,7 +34,7 @@ import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The adapter folders that have a releases.toml, in the order tables list them.
-FOLDERS = ("megatron", "liger", "flash_attn")
+FOLDERS = ("megatron", "liger", "flash_attn", "flag_gems")
 
 
 def cache_folder() -> str:
@@ -112,9 +114,9 @@ def root(folder: str, version: str | None = None) -> str:
     release when ``version`` is None)."""
     version = version or newest(folder)
     target = os.path.join(cache_folder(), folder, version)
-    if os.path.isfile(os.path.join(target, "VERSION")):
-        return target
     wanted = tuple(manifest(folder)["files"])
+    if _unpacked_files(target) == list(wanted):
+        return target
     source = archive(folder, version)
     staging = tempfile.mkdtemp(prefix=f"{version}.", dir=os.path.dirname(_ensure(target)))
     found = 0
@@ -129,11 +131,29 @@ def root(folder: str, version: str | None = None) -> str:
         raise ValueError(f"{source}: none of {list(wanted)} in it")
     with open(os.path.join(staging, "VERSION"), "w", encoding="utf-8") as f:
         f.write(version + "\n")
+    with open(os.path.join(staging, FILES_STAMP), "w", encoding="utf-8") as f:
+        json.dump(list(wanted), f)
+    if os.path.isdir(target):  # unpacked before with another list of files
+        stale = tempfile.mkdtemp(prefix=f"{version}.stale.", dir=os.path.dirname(target))
+        os.rename(target, os.path.join(stale, "tree"))
+        shutil.rmtree(stale)
     try:
         os.rename(staging, target)
     except OSError:  # unpacked meanwhile by another process
         shutil.rmtree(staging)
     return target
+
+
+#: The list of files a folder was unpacked with: another list in releases.toml unpacks anew.
+FILES_STAMP = "FILES.json"
+
+
+def _unpacked_files(target: str):
+    try:
+        with open(os.path.join(target, FILES_STAMP), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def _ensure(target: str) -> str:

@@ -64,6 +64,8 @@ lane_log=$(mktemp)
   if ((triton)); then
     echo "python: flash-attn's Triton rotary under the interpreter"
     pytest_in adapters/flash_attn test_flash_attn.py || status=1
+    echo "python: FlagGems' Triton rotary embedding under the interpreter"
+    pytest_in adapters/flag_gems test_flag_gems.py || status=1
   fi
   exit "$status"
 ) >"$lane_log" 2>&1 &
