@@ -149,7 +149,29 @@ def interpreter():
     from triton.runtime import interpreter as interp
 
     _gpu_float.install(interp.interpreter_builder, triton.language, interp.TensorHandle)
+    _install_int1_splat(interp.interpreter_builder, triton.language, interp.TensorHandle)
     return triton
+
+
+def _install_int1_splat(builder, tl, TensorHandle) -> None:
+    """A scalar comparison spread over a block is an int1 block, as compiled Triton makes it.
+
+    The interpreter keeps a comparison's result in its operands' NumPy type (``pid < n`` of two
+    i32 is an int32 handle holding 0 and 1) and its splat fills the block in that type, so
+    ``tl.load(p + offsets, mask=pid < n)`` gets an int32 mask, which its load refuses ("mask
+    has unsupported dtype"); a GPU compiles the mask as i1 and runs the kernel."""
+    if getattr(builder, "_mlarope_int1_splat", False):
+        return
+    splat = builder.create_splat
+
+    def create_splat(ret_ty, arg):
+        out = splat(ret_ty, arg)
+        if ret_ty.scalar == tl.int1 and out.data.dtype != np.bool_:
+            return TensorHandle(out.data.astype(np.bool_), tl.int1)
+        return out
+
+    builder.create_splat = create_splat
+    builder._mlarope_int1_splat = True
 
 
 _TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
@@ -245,19 +267,22 @@ def _guarded_allocations():
 
     originals = (torch.empty, torch.empty_like, torch.Tensor.new_empty)
 
+    def on_cpu(device) -> bool:  # None, "cpu", torch.device("cpu")
+        return device is None or torch.device(device).type == "cpu"
+
     def empty(*size, dtype=None, device=None, **kwargs):
-        if device not in (None, "cpu") or kwargs.get("out") is not None:
+        if not on_cpu(device) or kwargs.get("out") is not None:
             return originals[0](*size, dtype=dtype, device=device, **kwargs)
         shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
         return scratch(shape, dtype or torch.get_default_dtype(), "torch.empty")
 
     def empty_like(t, *, dtype=None, device=None, **kwargs):
-        if device not in (None, "cpu") or t.device.type != "cpu":
+        if not on_cpu(device) or t.device.type != "cpu":
             return originals[1](t, dtype=dtype, device=device, **kwargs)
         return scratch(t.shape, dtype or t.dtype, "torch.empty_like")
 
     def new_empty(self, *size, dtype=None, device=None, **kwargs):
-        if device not in (None, "cpu") or self.device.type != "cpu":
+        if not on_cpu(device) or self.device.type != "cpu":
             return originals[2](self, *size, dtype=dtype, device=device, **kwargs)
         shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
         return scratch(shape, dtype or self.dtype, "Tensor.new_empty")

@@ -94,6 +94,29 @@ def test_guards_of_scratch_read_as_nan_and_catch_stores():
             t.as_strided((1,), (1,), t.storage_offset() - 1).fill_(0.0)
 
 
+def test_allocations_on_a_named_cpu_device_are_guarded():
+    # torch.device("cpu") is the CPU too: what a wrapper allocates so is guarded like the rest.
+    with pytest.raises(mt.GuardWritten, match="torch.empty"):
+        with mt._guarded_allocations():
+            t = torch.empty((3,), dtype=torch.float32, device=torch.device("cpu"))
+            t.as_strided((1,), (1,), t.storage_offset() + 3).fill_(0.0)  # one past the end
+
+
+@triton.jit
+def copy_rows_kernel(x_ptr, out_ptr, rows, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offsets = row * BLOCK + tl.arange(0, BLOCK)
+    keep = row < rows  # a scalar comparison, spread over the block as the mask
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=keep), mask=keep)
+
+
+def test_a_scalar_comparison_spread_as_a_mask_runs_as_on_a_gpu():
+    x = torch.arange(8, dtype=torch.float32)
+    out = torch.zeros(8)
+    copy_rows_kernel[(2,)](x, out, 2, BLOCK=4)
+    assert torch.equal(out, x)
+
+
 def test_bf16_is_run_not_declined():
     backend = mt.TritonBackend(Doubler())
     assert backend.supports(types.SimpleNamespace(dtype="bf16", table_dtype="bf16")) is True
