@@ -34,7 +34,7 @@ import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The adapter folders that have a releases.toml, in the order tables list them.
-FOLDERS = ("megatron", "liger", "flash_attn", "flag_gems")
+FOLDERS = ("megatron", "liger", "flash_attn", "flag_gems", "unsloth")
 
 
 def cache_folder() -> str:
@@ -111,7 +111,8 @@ def _members(path: str):
 
 def root(folder: str, version: str | None = None) -> str:
     """The folder holding the release's files as the package would install them (the newest
-    release when ``version`` is None)."""
+    release when ``version`` is None); those of ``files`` the release lacks are absent (an
+    older release without a kernel: ``has`` tells)."""
     version = version or newest(folder)
     target = os.path.join(cache_folder(), folder, version)
     wanted = tuple(manifest(folder)["files"])
@@ -119,16 +120,11 @@ def root(folder: str, version: str | None = None) -> str:
         return target
     source = archive(folder, version)
     staging = tempfile.mkdtemp(prefix=f"{version}.", dir=os.path.dirname(_ensure(target)))
-    found = 0
     for name, read in _members(source):
         if name.startswith(wanted) and name.endswith(".py") and ".." not in name.split("/"):
             os.makedirs(os.path.join(staging, os.path.dirname(name)), exist_ok=True)
             with open(os.path.join(staging, name), "wb") as f:
                 f.write(read())
-            found += 1
-    if not found:
-        shutil.rmtree(staging)
-        raise ValueError(f"{source}: none of {list(wanted)} in it")
     with open(os.path.join(staging, "VERSION"), "w", encoding="utf-8") as f:
         f.write(version + "\n")
     with open(os.path.join(staging, FILES_STAMP), "w", encoding="utf-8") as f:

@@ -80,6 +80,8 @@ fi
 if ((triton)); then
   echo "python: liger-kernel's Triton RoPE under the interpreter"
   pytest_in adapters/liger test_liger.py || others_status=$?
+  echo "python: Unsloth's Triton RoPE under the interpreter"
+  pytest_in adapters/unsloth test_unsloth.py || others_status=$?
   echo "python: the findings (their folders, docs/findings.md, a sample of the release matrix)"
   pytest_in adapters test_findings.py || others_status=$?
   # The oldest Triton the shims know, in a second environment that shares this one's package:
