@@ -52,6 +52,23 @@ def subprocess_json(script: str, *args: str, env: dict | None = None, timeout: i
     return json.loads(lines[-1])
 
 
+def fuzz_main(adapter, adapter_flags: str, fuzz_args: str) -> int:
+    """The body of a fuzz subprocess: ``adapter`` (a backend object) with the JSON
+    ``adapter_flags`` set on it, fuzzed through mlarope.triton.TritonBackend with the JSON
+    ``fuzz_args``; prints the result (fuzz_result) as the JSON line subprocess_json reads."""
+    import mlarope
+    from mlarope import triton as mt
+
+    for name, value in json.loads(adapter_flags).items():
+        setattr(adapter, name, value)
+    try:
+        result = mlarope.fuzz(mt.TritonBackend(adapter), quiet=True, **json.loads(fuzz_args))
+    except mlarope.FuzzFailure as failure:
+        result = failure.result
+    print(json.dumps(fuzz_result(result)))
+    return 0
+
+
 def fuzz_result(result: dict) -> dict:
     """What a fuzz subprocess prints (as JSON) of mlarope.fuzz's result for its test."""
     return {k: result[k] for k in ("cases", "failing_cases", "seconds", "summary")}

@@ -68,7 +68,6 @@ it affects: ``findings/in_place_race`` (docs/findings.md).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 import types
@@ -82,6 +81,7 @@ sys.path.append(os.path.dirname(HERE))  # adapters/: releases.py
 sys.path.append(os.path.join(os.path.dirname(HERE), "liger"))  # liger_rope's position helpers
 import releases  # noqa: E402
 from liger_rope import freq_rows, one_angle_per_pair  # noqa: E402
+from stand_ins import in_sys_modules, module_from, package  # noqa: E402
 
 VERSION = "5.0.2"  # the release the adapter is written against (releases.toml)
 #: The kernel's path inside a release's tree, and the helper file it imports as ``tle``.
@@ -95,55 +95,29 @@ def release_root(version: str = VERSION) -> str:
     return releases.root("flag_gems", version)
 
 
-def _module_from(path: str, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @contextlib.contextmanager
 def _stand_ins(root: str):
     """``flag_gems``, ``flag_gems.runtime``, ``flag_gems.utils`` (and its ``libentry``,
     ``triton_lang_helper``, ``triton_lang_extension``) in sys.modules while the body runs (the
     module docstring); whatever was there before is put back."""
-    names = (
-        "flag_gems",
-        "flag_gems.runtime",
-        "flag_gems.utils",
-        "flag_gems.utils.triton_lang_helper",
-        "flag_gems.utils.triton_lang_extension",
-    )
-    saved = {name: sys.modules.get(name) for name in names}
-    package = types.ModuleType("flag_gems")
-    package.__path__ = []  # a package whose __init__ is not run
     runtime = types.ModuleType("flag_gems.runtime")
     runtime.torch_device_fn = types.SimpleNamespace(device=lambda device: contextlib.nullcontext())
-    utils = types.ModuleType("flag_gems.utils")
-    utils.__path__ = []
+    utils = package("flag_gems.utils")
     utils.libentry = lambda: lambda kernel: kernel
     helper = types.ModuleType("flag_gems.utils.triton_lang_helper")
     helper.use_tl_extra = lambda function: function
-    package.runtime, package.utils = runtime, utils
-    sys.modules.update(
-        {
-            "flag_gems": package,
-            "flag_gems.runtime": runtime,
-            "flag_gems.utils": utils,
-            "flag_gems.utils.triton_lang_helper": helper,
-        }
-    )
-    try:
-        tle = _module_from(os.path.join(root, TLE), "flag_gems.utils.triton_lang_extension")
+    stand_ins = {
+        "flag_gems": package("flag_gems"),
+        "flag_gems.runtime": runtime,
+        "flag_gems.utils": utils,
+        "flag_gems.utils.triton_lang_helper": helper,
+    }
+    with in_sys_modules(stand_ins):
+        name = "flag_gems.utils.triton_lang_extension"
+        tle = module_from(os.path.join(root, TLE), name)  # the release's own, over the stand-ins
         utils.triton_lang_extension = tle
-        sys.modules["flag_gems.utils.triton_lang_extension"] = tle
-        yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+        with in_sys_modules({name: tle}):
+            yield
 
 
 def load(root: str | None = None):
@@ -154,7 +128,7 @@ def load(root: str | None = None):
     mt.interpreter()  # before the file imports triton
     root = root or release_root()
     with _stand_ins(root):
-        return _module_from(os.path.join(root, KERNEL), "flag_gems_fused_rotary_embedding")
+        return module_from(os.path.join(root, KERNEL), "flag_gems_fused_rotary_embedding")
 
 
 class FlagGemsRotary(KvSplitByRope):

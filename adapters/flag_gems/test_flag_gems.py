@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
 import releases  # noqa: E402
 from adapter_testing import budget as _budget  # noqa: E402
-from adapter_testing import fuzz_result, ran, show, subprocess_json  # noqa: E402
+from adapter_testing import fuzz_main, ran, show, subprocess_json  # noqa: E402
 from adapter_testing import missing as _missing  # noqa: E402
 
 
@@ -129,18 +129,7 @@ def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
     sys.path.insert(0, HERE)
     from flag_gems_rotary import FlagGemsRotary
 
-    import mlarope
-    from mlarope import triton as mt
-
-    adapter = FlagGemsRotary()
-    for name, value in json.loads(adapter_flags).items():
-        setattr(adapter, name, value)
-    try:
-        result = mlarope.fuzz(mt.TritonBackend(adapter), quiet=True, **json.loads(fuzz_args))
-    except mlarope.FuzzFailure as failure:
-        result = failure.result
-    print(json.dumps(fuzz_result(result)))
-    return 0
+    return fuzz_main(FlagGemsRotary(), adapter_flags, fuzz_args)
 
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "fuzz":

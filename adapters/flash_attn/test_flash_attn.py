@@ -23,7 +23,7 @@ import flash_rotary  # noqa: E402 (imports neither torch nor triton)
 sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
 from adapter_testing import (  # noqa: E402
     apply_patch,  # noqa: E402
-    fuzz_result,
+    fuzz_main,
     ran,
     show,
     subprocess_json,
@@ -137,18 +137,7 @@ def test_finding_batch_offsets_wrap_past_2_31_elements_and_int64_ends_it(tmp_pat
 
 
 def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
-    import mlarope
-    from mlarope import triton as mt
-
-    adapter = flash_rotary.FlashRotary()
-    for name, value in json.loads(adapter_flags).items():
-        setattr(adapter, name, value)
-    try:
-        result = mlarope.fuzz(mt.TritonBackend(adapter), quiet=True, **json.loads(fuzz_args))
-    except mlarope.FuzzFailure as failure:
-        result = failure.result
-    print(json.dumps(fuzz_result(result)))
-    return 0
+    return fuzz_main(flash_rotary.FlashRotary(), adapter_flags, fuzz_args)
 
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "fuzz":

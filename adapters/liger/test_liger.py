@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FINDINGS = os.path.join(HERE, "findings")
 sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
 from adapter_testing import budget as _budget  # noqa: E402
-from adapter_testing import fuzz_result, ran, show, subprocess_json  # noqa: E402
+from adapter_testing import fuzz_main, ran, show, subprocess_json  # noqa: E402
 from adapter_testing import missing as _missing  # noqa: E402
 
 
@@ -201,18 +201,8 @@ def _fuzz_main(kernel: str, adapter_flags: str, fuzz_args: str) -> int:
     from liger_llama4_rope import LigerLlama4Rope
     from liger_rope import LigerRope
 
-    import mlarope
-    from mlarope import triton as mt
-
     adapter = {"rope": LigerRope, "llama4": LigerLlama4Rope}[kernel]()
-    for name, value in json.loads(adapter_flags).items():
-        setattr(adapter, name, value)
-    try:
-        result = mlarope.fuzz(mt.TritonBackend(adapter), quiet=True, **json.loads(fuzz_args))
-    except mlarope.FuzzFailure as failure:
-        result = failure.result
-    print(json.dumps(fuzz_result(result)))
-    return 0
+    return fuzz_main(adapter, adapter_flags, fuzz_args)
 
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "fuzz":

@@ -88,7 +88,6 @@ compiles; the interpreter ignores the hint).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 import types
@@ -102,6 +101,7 @@ sys.path.append(os.path.dirname(HERE))  # adapters/: releases.py
 sys.path.append(os.path.join(os.path.dirname(HERE), "liger"))  # liger_rope's position helpers
 import releases  # noqa: E402
 from liger_rope import freq_rows, one_angle_per_pair  # noqa: E402
+from stand_ins import in_sys_modules, module_from, package  # noqa: E402
 
 VERSION = "2026.10.9"  # the release the adapter is written against (releases.toml)
 #: The kernel's path inside a release's tree, and the files its stand-ins are checked against.
@@ -139,13 +139,6 @@ class _Torch(types.ModuleType):
         return getattr(self._torch, name)
 
 
-def _module_from(path: str, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _never_called(name: str):
     def stand_in(*args, **kwargs):
         raise RuntimeError(f"{name}: a compiled-graph helper, not used by the eager path")
@@ -175,23 +168,10 @@ def _stand_ins(root: str, torch_proxy):
     import torch
     import triton
 
-    names = (
-        "torch",
-        "unsloth",
-        "unsloth.device_type",
-        "unsloth.kernels",
-        "unsloth.kernels.utils",
-        "unsloth.kernels.rms_layernorm",
-    )
-    saved = {name: sys.modules.get(name) for name in names}
-    package = types.ModuleType("unsloth")
-    package.__path__ = []  # packages whose __init__ is not run
-    kernels = types.ModuleType("unsloth.kernels")
-    kernels.__path__ = []
     device_type = types.ModuleType("unsloth.device_type")
     device_type.DEVICE_TYPE = device_type.DEVICE_TYPE_TORCH = "cuda"
     device_type.DEVICE_COUNT = 1
-    indexing = _module_from(os.path.join(root, INDEXING), "unsloth_kernels_indexing")
+    indexing = module_from(os.path.join(root, INDEXING), "unsloth_kernels_indexing")
     utils = types.ModuleType("unsloth.kernels.utils")
     utils.long_indexing = indexing.long_indexing
     utils.next_power_of_2 = triton.next_power_of_2
@@ -202,24 +182,16 @@ def _stand_ins(root: str, torch_proxy):
     norm._eager_kernel = lambda kernel: kernel
     norm._traced_kernel = _never_called("_traced_kernel")
     norm._tag_compile_cache = _never_called("_tag_compile_cache")
-    sys.modules.update(
-        {
-            "torch": torch_proxy,
-            "unsloth": package,
-            "unsloth.device_type": device_type,
-            "unsloth.kernels": kernels,
-            "unsloth.kernels.utils": utils,
-            "unsloth.kernels.rms_layernorm": norm,
-        }
-    )
-    try:
+    stand_ins = {
+        "torch": torch_proxy,
+        "unsloth": package("unsloth"),
+        "unsloth.device_type": device_type,
+        "unsloth.kernels": package("unsloth.kernels"),
+        "unsloth.kernels.utils": utils,
+        "unsloth.kernels.rms_layernorm": norm,
+    }
+    with in_sys_modules(stand_ins):
         yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def load(root: str | None = None):
@@ -234,7 +206,7 @@ def load(root: str | None = None):
     _check_restated(root)
     proxy = _Torch(torch)
     with _stand_ins(root, proxy):
-        module = _module_from(os.path.join(root, KERNEL), "unsloth.kernels.rope_embedding")
+        module = module_from(os.path.join(root, KERNEL), "unsloth.kernels.rope_embedding")
     module.torch = proxy
     return module
 
