@@ -34,7 +34,7 @@ import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The adapter folders that have a releases.toml, in the order tables list them.
-FOLDERS = ("megatron", "liger", "flash_attn", "flag_gems", "unsloth")
+FOLDERS = ("megatron", "liger", "flash_attn", "flag_gems", "unsloth", "colossalai")
 
 
 def cache_folder() -> str:

@@ -3,8 +3,8 @@
 # The Python package as a user installs it: `pip install .` into a virtual environment over
 # Debian's Python (its NumPy and pytest; pybind11 from Debian, scikit-build-core from PyPI),
 # then the package's tests (python/tests) from outside the source tree's package folder; then
-# the adapters: megatron-core's RoPE, and the Triton kernels of Megatron, Liger and flash-attn
-# under Triton's interpreter (mlarope.triton, the newest Triton it knows; the package's Triton
+# the adapters: megatron-core's RoPE, and the Triton kernels of Megatron, Liger, flash-attn,
+# FlagGems, Unsloth and ColossalAI under Triton's interpreter (mlarope.triton, the newest Triton it knows; the package's Triton
 # tests also under the oldest), each release pinned by hash (pip's cache and adapters/releases.py's keep the downloads). PYTHON_VENV (default build-python/venv) is where the environment goes.
 # MLAROPE_SKIP_MEGATRON=1 leaves out megatron-core, MLAROPE_SKIP_TRITON=1 the Triton kernels.
 set -euo pipefail
@@ -82,6 +82,8 @@ if ((triton)); then
   pytest_in adapters/liger test_liger.py || others_status=$?
   echo "python: Unsloth's Triton RoPE under the interpreter"
   pytest_in adapters/unsloth test_unsloth.py || others_status=$?
+  echo "python: ColossalAI's Triton rotary kernels under the interpreter"
+  pytest_in adapters/colossalai test_colossalai.py || others_status=$?
   echo "python: the findings (their folders, docs/findings.md, a sample of the release matrix)"
   pytest_in adapters test_findings.py || others_status=$?
   # The oldest Triton the shims know, in a second environment that shares this one's package:
