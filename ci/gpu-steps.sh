@@ -220,7 +220,10 @@ step_megatron_fused() {
   cmake --build build-gpu-python -j "$jobs" --target _mlarope || return 1
   # The fused kernels' findings, and case directories carried in .gpu-deps/replay, each in a
   # fresh process (a finding fails here; it is the record that it still holds).
-  local replays=(adapters/megatron/findings/fused_*/)
+  local replays=() case
+  for case in adapters/megatron/findings/fused_*/{,*/}case.json; do
+    [[ -e $case ]] && replays+=("$(dirname "$case")/")
+  done
   compgen -G "$gpu_deps/replay/*/case.json" >/dev/null && replays+=("$gpu_deps"/replay/*/)
   CUDA_LAUNCH_BLOCKING=1 PYTHONPATH=$PWD/build-gpu-python/python:$gpu_deps/python "$python" \
     adapters/megatron/replay_fused.py "${replays[@]}" >"$logs/megatron-replay.out" 2>&1

@@ -88,7 +88,8 @@ class MegatronFusedMLA:
         self.views = device == "cpu"  # the kernels work in the harness's buffers (see above)
         # THD rows past cu_seqlens[-1]: Megatron's q kernel looks their sequence up past the end
         # of cu_seqlens and reads its table out of bounds (an illegal memory access on an H200,
-        # adapters/megatron/findings/fused_q_thd_padding_rows); declined on CUDA by default.
+        # findings/fused_q_thd_padding_rows_2_heads/gpu_case_20_heads); declined on CUDA by
+        # default.
         self.decline_padding = device != "cpu" if decline_padding is None else decline_padding
         self.contiguous = contiguous  # device copies in C order rather than with the view's strides
         if q_fn is None or kv_fn is None:

@@ -20,6 +20,7 @@ from megatron_unfused import MegatronUnfused, MegatronWithCosSin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FINDINGS = os.path.join(HERE, "findings")
+PRECISION = os.path.join(HERE, "precision")  # cases of a precision class, not findings
 # Case budgets (not seconds), so that what runs is the same on a loaded machine: about 20, 5
 # and 10 s here. MLAROPE_MEGATRON_SCALE multiplies them.
 SCALE = float(os.environ.get("MLAROPE_MEGATRON_SCALE", "1"))
@@ -154,12 +155,13 @@ def results(report: dict) -> dict:
     return {check: outcome for check, outcome, _ in report["results"]}
 
 
-def test_finding_1_bf16_products_rounded():
+def test_precision_bf16_products_rounded():
     # Megatron's unfused path in bf16: t * cos and rotate_half(t) * sin each rounded to bf16. The
     # table is the one Megatron itself makes from the angles (the adapter checks it), so the
     # error is its arithmetic: value fails, while round trip and adjoint (bounded in the
     # activation dtype) pass.
-    report = mlarope.check(MegatronUnfused(low_precision=True), finding("bf16_unfused_rounding"))
+    case = os.path.join(PRECISION, "bf16_unfused_rounding")
+    report = mlarope.check(MegatronUnfused(low_precision=True), case)
     outcomes = results(report)
     assert (
         outcomes["value"] == "fail"
@@ -179,7 +181,7 @@ def test_finding_2_with_cos_sin_takes_cos_of_cos():
 
 def test_adapter_declines_by_name():
     # A call the adapter has no mapping for is declined with its reason, never run wrongly.
-    case = finding("bf16_unfused_rounding")
+    case = os.path.join(PRECISION, "bf16_unfused_rounding")
     report = mlarope.check(MegatronUnfused(), case)
     assert report["unsupported"] and "bf16 activations" in report["unsupported"]
 
