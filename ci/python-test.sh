@@ -4,8 +4,11 @@
 # Debian's Python (its NumPy and pytest; pybind11 from Debian, scikit-build-core from PyPI),
 # then the package's tests (python/tests) from outside the source tree's package folder; then
 # the adapters: megatron-core's RoPE, and the Triton kernels of Megatron, Liger, flash-attn,
-# FlagGems, Unsloth and ColossalAI under Triton's interpreter (mlarope.triton, the newest Triton it knows; the package's Triton
-# tests also under the oldest), each release pinned by hash (pip's cache and adapters/releases.py's keep the downloads). PYTHON_VENV (default build-python/venv) is where the environment goes.
+# FlagGems, Unsloth and ColossalAI under Triton's interpreter (mlarope.triton, the newest Triton
+# it knows; the package's Triton tests also under the oldest), each release pinned by hash
+# (pip's cache and adapters/releases.py's keep the downloads); then the findings and a sample
+# of their release matrix. PYTHON_VENV (default build-python/venv) is where the environment
+# goes.
 # MLAROPE_SKIP_MEGATRON=1 leaves out megatron-core, MLAROPE_SKIP_TRITON=1 the Triton kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
