@@ -60,6 +60,17 @@ std::string layout_triple(const props::CaseSpec& s) {
          std::string(to_string(s.table_layout));
 }
 
+// Where a case's table rows come from (docs/semantics.md §2): "per_entry" for SBHD batch
+// entries offset apart (each entry its own rows, as per-entry position ids give), else the
+// THD kinds, else "positions" (the token's position, CP-mapped).
+std::string rows_kind(const props::CaseSpec& s) {
+  if (s.layout == TokenLayout::sbhd)
+    return s.seq_offsets && s.batch >= 2 && s.seq >= 1 ? "per_entry" : "positions";
+  if (s.position_ids) return "position_ids";
+  if (s.freq_mode == FreqMode::packed) return "packed";
+  return s.seq_offsets ? "offsets" : "positions";
+}
+
 void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& report) {
   ++st.cases;
   st.counts["op"][std::string(to_string(s.op))]++;
@@ -71,6 +82,7 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
   st.counts["values"][std::string(to_string(s.values))]++;
   st.counts["table"][std::string(to_string(s.table_kind))]++;
   st.counts["in_place"][s.in_place ? "true" : "false"]++;
+  st.counts["rows"][rows_kind(s)]++;
   // The joint coverage matrix: op;layout;dtype;triple;cp_size.
   st.counts["matrix"][std::string(to_string(s.op)) + ";" + std::string(to_string(s.layout)) + ";" +
                       std::string(to_string(s.dtype)) + ";" + layout_triple(s) + ";" +
@@ -81,7 +93,10 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
       (s.in_place ? " in place" : "") + (s.cp_size > 1 ? " cp" : "");
   st.combinations[combination][report.unsupported.empty() ? 0 : 1]++;
   if (!report.unsupported.empty()) st.unsupported[report.unsupported]++;
-  else st.counts["reached"][std::string(to_string(s.op))]++;  // the backend took the call
+  else {  // the backend took the call
+    st.counts["reached"][std::string(to_string(s.op))]++;
+    st.counts["rows_reached"][rows_kind(s)]++;
+  }
   for (const CheckResult& r : report.results)
     st.checks[std::string(to_string(r.check))][int(r.outcome)]++;
   st.ulps[std::string(to_string(s.dtype))].merge(report.histogram);

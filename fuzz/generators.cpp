@@ -139,7 +139,7 @@ Gen<CaseSpec> head(const GenOptions& o) {
       gen::set(&CaseSpec::freq_mode, any_of<FreqMode>({FreqMode::per_sequence, FreqMode::packed})),
       gen::set(&CaseSpec::position_ids, sometimes(20)),
       gen::set(&CaseSpec::position_ids_type, any_of<IndexType>({IndexType::i32, IndexType::i64})),
-      gen::set(&CaseSpec::seq_offsets, sometimes(20)),
+      gen::set(&CaseSpec::seq_offsets, sometimes(30)),
       gen::set(&CaseSpec::max_seqlen_known, pick<bool>({{70, true}, {30, false}})),
       gen::set(&CaseSpec::fault, pick<MetadataFault>({{85, MetadataFault::none},
                                                       {4, MetadataFault::bad_length},
@@ -259,9 +259,12 @@ Gen<Rows> rows(const CaseSpec& s, I limit, bool batch_one) {
                sbhd ? pick_gen<I>(
                           {{4, gen::just<I>(0)}, {8, gen::just<I>(1)}, {88, uniform(0, limit)}})
                     : gen::just<I>(0)),
-      gen::set(&Rows::batch, sbhd && !batch_one
-                                 ? pick<I>({{4, 0}, {60, 1}, {20, 2}, {8, 3}, {8, 4}})
-                                 : gen::just<I>(1)),
+      // With seq_offsets, two batch entries or more, so that entries read different rows
+      // (Hugging Face's per-batch position_ids and [B, S, D] tables): one entry would make
+      // the offsets a shift of the whole batch.
+      gen::set(&Rows::batch, !sbhd || batch_one ? gen::just<I>(1)
+                             : s.seq_offsets    ? pick<I>({{50, 2}, {25, 3}, {25, 4}})
+                                             : pick<I>({{4, 0}, {60, 1}, {20, 2}, {8, 3}, {8, 4}})),
       gen::set(&Rows::units, sbhd ? gen::just(std::vector<I>{}) : sequences(limit)),
       gen::set(&Rows::padding,
                sbhd ? gen::just<I>(0) : pick<I>({{60, 0}, {15, 1}, {10, 2}, {10, 3}, {5, 7}})),

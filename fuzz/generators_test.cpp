@@ -96,6 +96,13 @@ TEST(Generators, EdgeSizesComeUpOften) {
             0.1);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.fault != MetadataFault::none; }), 0.05);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.in_place; }), 0.1);
+  // SBHD batch entries reading different rows (offsets of two entries or more), as a batch
+  // with Hugging Face's per-entry position_ids does, at the sizes adapters fuzz with too.
+  const auto per_entry_rows = [](const CaseSpec& s) {
+    return s.layout == TokenLayout::sbhd && s.seq_offsets && s.batch >= 2 && s.seq >= 1;
+  };
+  EXPECT_GT(share(all, per_entry_rows), 0.05);
+  EXPECT_GT(share(specs(8), per_entry_rows), 0.04);
   for (Values v : {Values::large, Values::tiny, Values::signed_zeros, Values::cancelling,
                    Values::ties, Values::nan_payloads})
     EXPECT_GT(share(all, [v](const CaseSpec& s) { return s.values == v; }), 0.05) << to_string(v);

@@ -115,6 +115,19 @@ def test_a_wrong_mapping_fails_the_fuzz(tmp_path):
     assert result["failing_cases"] > 0, result["summary"]
 
 
+def test_rows_that_differ_per_batch_entry_are_drawn_and_checked(tmp_path):
+    # Hugging Face's position_ids are [B, S], each batch entry its own rows: SBHD entries
+    # offset apart, counted as "per_entry" in fuzz.json. Entry 0's rows for all must fail.
+    args = dict(cases=budget(120), seed=7, size=8, dtypes=["f32"], layouts="half/half/*")
+    clean = run_fuzz({}, out=str(tmp_path / "clean"), **args)
+    assert clean["failing_cases"] == 0, clean["summary"]
+    with open(tmp_path / "clean" / "fuzz.json", encoding="utf-8") as f:
+        counts = json.load(f)["counts"]
+    assert counts["rows_reached"].get("per_entry", 0) >= 3, counts["rows"]
+    wrong = run_fuzz({"first_entry_rows": True}, out=str(tmp_path / "wrong"), **args)
+    assert wrong["failing_cases"] > 0, wrong["summary"]
+
+
 def test_llama_shapes_match_the_reference():
     # What the generators never draw: Llama-like heads (Q 24 x 128 in two programs of 16 heads,
     # the second half masked; K 6 heads, GQA), per-batch position ids, and autograd's own

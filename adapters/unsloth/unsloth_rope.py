@@ -237,6 +237,9 @@ class UnslothRope(KvSplitByRope):
         self.table_as_given = table_as_given
         # True negates sin on every call: a wrong mapping, for the test that shows the fuzz fails.
         self.flip_sin = False
+        # True gives every batch entry the rows of entry 0: a kernel that ignores per-entry
+        # position ids, for the test that shows the fuzz draws them.
+        self.first_entry_rows = False
 
     def kernels(self):
         """The Triton kernels the adapter launches (Unsloth does not autotune its rope)."""
@@ -279,6 +282,8 @@ class UnslothRope(KvSplitByRope):
         0 .. S-1: the kernel's own positions)."""
         rows, _ = freq_rows(call)
         rows = rows.T if call.layout == "sbhd" else rows[None]  # [B, S]
+        if self.first_entry_rows:
+            rows = np.repeat(rows[:1], rows.shape[0], axis=0)
         if (rows == np.arange(rows.shape[1])).all():
             return None
         dtype = np.int64  # Hugging Face's position_ids
