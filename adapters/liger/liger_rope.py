@@ -36,8 +36,8 @@ maps each call the way Hugging Face models call it, and declines what has no cou
   as the stride between tokens, and ``.contiguous()`` leaves a size-1 dimension's stride as it
   is, so any stride other than H * D makes it rotate the wrong rows or store past the tensor
   (findings/seq1_row_stride). The adapter gives Liger such a tensor with that stride set to
-  H * D, the stride a [B, 1, H, D] tensor of a model's projection has, so the rest of the call
-  is still checked; ``restride_single_token=False`` passes the views as they are;
+  the batch stride (H * D for a [B, 1, H, D] tensor of a model's projection), so the rest of
+  the call is still checked; ``restride_single_token=False`` passes the views as they are;
 - Liger computes in the table's dtype (``q`` is converted to it). Tables are given in f32, an
   exact widening of an f16 or bf16 table, as a model that keeps its cos/sin cache in f32 does,
   so that f16 and bf16 activations are computed in f32 like every backend of this harness;
@@ -255,13 +255,15 @@ class LigerRope(KvSplitByRope):
         return tables
 
     def _rows_as_liger_assumes(self, x):
-        """x ([B, H, S, D]) with the stride of a size-1 S set to H times the head stride: the
-        same elements, the token stride Liger reads (see the module docstring)."""
-        B, H, S, D = x.shape
-        if S != 1 or not self.restride_single_token:
+        """x ([B, H, S, D]) with the stride of a size-1 S set to the batch stride: the same
+        elements, the token stride Liger reads (see the module docstring). Liger addresses
+        (batch, token) row r at r * stride(S), so with S == 1 entry b lies b * stride(S) away,
+        right only when that is the batch stride (H times the head stride is not: a broadcast
+        one-head k_pe has head stride 0)."""
+        if x.shape[2] != 1 or not self.restride_single_token:
             return x
         stride = list(x.stride())
-        stride[2] = H * stride[1]
+        stride[2] = stride[0]
         return x.as_strided(x.shape, stride, x.storage_offset())
 
     def _rotate(self, call, x, backward: bool):
