@@ -33,6 +33,24 @@ def missing(modules) -> str | None:
     return None
 
 
+def missing_triton_release(folder: str, version: str | None = None) -> str | None:
+    """Why a Triton adapter's tests cannot run here, or None: torch, triton or mlarope.triton
+    not installed (found, not imported: triton must be imported after the interpreter is
+    chosen), or the release's files not at hand (not in adapters/releases.py's cache and no
+    network, or an archive of another hash)."""
+    why = missing(("torch", "triton", "mlarope.triton"))
+    if why:
+        return why
+    import releases
+
+    version = version or releases.newest(folder)
+    try:
+        releases.root(folder, version)
+    except (OSError, ValueError) as e:
+        return f"{releases.manifest(folder)['project']} {version} is not at hand: {e}"
+    return None
+
+
 def subprocess_json(script: str, *args: str, env: dict | None = None, timeout: int = 900):
     """Run ``python script args...`` from the script's folder and return the JSON of the last
     line it prints, or fail with everything it printed (a crash included)."""

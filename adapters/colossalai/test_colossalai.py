@@ -19,10 +19,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
-import releases  # noqa: E402
 from adapter_testing import budget as _budget  # noqa: E402
-from adapter_testing import fuzz_result, ran, show, subprocess_json  # noqa: E402
-from adapter_testing import missing as _missing  # noqa: E402
+from adapter_testing import (  # noqa: E402
+    fuzz_result,
+    missing_triton_release,  # noqa: E402
+    ran,
+    show,
+    subprocess_json,
+)
 
 VERSION = "0.5.0"  # colossalai_rotary.VERSION (that module imports mlarope)
 
@@ -44,16 +48,7 @@ def run_fuzz(kernel: str, adapter_flags: dict, **fuzz_args) -> dict:
 
 
 def missing() -> str | None:
-    """Why these tests cannot run here, or None (modules found, not imported: triton must be
-    imported after the interpreter is chosen)."""
-    why = _missing(("torch", "triton", "mlarope.triton"))
-    if why:
-        return why
-    try:
-        releases.root("colossalai", VERSION)
-    except OSError as e:  # not in the cache, and no network
-        return f"colossalai {VERSION}'s sdist is not at hand: {e}"
-    return None
+    return missing_triton_release("colossalai", VERSION)
 
 
 if __name__ != "__main__":

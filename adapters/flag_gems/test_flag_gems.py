@@ -17,10 +17,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
-import releases  # noqa: E402
 from adapter_testing import budget as _budget  # noqa: E402
-from adapter_testing import fuzz_main, ran, show, subprocess_json  # noqa: E402
-from adapter_testing import missing as _missing  # noqa: E402
+from adapter_testing import (  # noqa: E402
+    fuzz_main,
+    missing_triton_release,  # noqa: E402
+    ran,
+    show,
+    subprocess_json,
+)
 
 
 def budget(cases: int) -> int:  # the file takes about 35 s here at scale 1
@@ -36,17 +40,8 @@ def run_fuzz(adapter_flags: dict, **fuzz_args) -> dict:
 
 
 def missing() -> str | None:
-    """Why these tests cannot run here, or None (modules found, not imported: triton must be
-    imported after the interpreter is chosen; flag_gems' __init__ needs torch >= 2, so the
-    adapter loads its rotary file alone)."""
-    why = _missing(("torch", "triton", "mlarope.triton"))
-    if why:
-        return why
-    try:
-        releases.root("flag_gems")
-    except (OSError, ValueError) as e:  # not in the cache and no network, or a wrong hash
-        return f"flag-gems {releases.newest('flag_gems')}'s wheel is not at hand: {e}"
-    return None
+    # flag_gems' __init__ needs torch >= 2: the adapter loads its rotary file alone
+    return missing_triton_release("flag_gems")
 
 
 if __name__ != "__main__":

@@ -24,12 +24,12 @@ sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron
 from adapter_testing import (  # noqa: E402
     apply_patch,  # noqa: E402
     fuzz_main,
+    missing_triton_release,  # noqa: E402
     ran,
     show,
     subprocess_json,
 )
 from adapter_testing import budget as _budget  # noqa: E402
-from adapter_testing import missing as _missing  # noqa: E402
 
 
 def budget(cases: int) -> int:  # about 10, 5 and 2 s here at scale 1
@@ -44,16 +44,7 @@ def run_fuzz(adapter_flags: dict, **fuzz_args) -> dict:
 
 
 def missing() -> str | None:
-    """Why these tests cannot run here, or None (modules found, not imported: triton must be
-    imported after the interpreter is chosen)."""
-    why = _missing(("torch", "triton", "mlarope.triton"))
-    if why:
-        return why
-    try:
-        flash_rotary.source()
-    except OSError as e:  # not in the cache, and no network
-        return f"flash-attn {flash_rotary.VERSION}'s sdist is not at hand: {e}"
-    return None
+    return missing_triton_release("flash_attn", flash_rotary.VERSION)
 
 
 if __name__ != "__main__":

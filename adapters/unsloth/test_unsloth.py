@@ -18,10 +18,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.dirname(HERE))  # after site-packages: adapters/megatron is no package
-import releases  # noqa: E402
 from adapter_testing import budget as _budget  # noqa: E402
-from adapter_testing import fuzz_main, ran, show, subprocess_json  # noqa: E402
-from adapter_testing import missing as _missing  # noqa: E402
+from adapter_testing import (  # noqa: E402
+    fuzz_main,
+    missing_triton_release,  # noqa: E402
+    ran,
+    show,
+    subprocess_json,
+)
 
 
 def budget(cases: int) -> int:  # about 20, 11, 12 and 4 s here at scale 1
@@ -37,17 +41,8 @@ def run_fuzz(adapter_flags: dict, **fuzz_args) -> dict:
 
 
 def missing() -> str | None:
-    """Why these tests cannot run here, or None (modules found, not imported: triton must be
-    imported after the interpreter is chosen; unsloth's __init__ needs a GPU, so the adapter
-    loads its rope file alone)."""
-    why = _missing(("torch", "triton", "mlarope.triton"))
-    if why:
-        return why
-    try:
-        releases.root("unsloth")
-    except (OSError, ValueError) as e:  # not in the cache and no network, or a wrong hash
-        return f"unsloth {releases.newest('unsloth')}'s wheel is not at hand: {e}"
-    return None
+    # unsloth's __init__ needs a GPU: the adapter loads its rope file alone
+    return missing_triton_release("unsloth")
 
 
 if __name__ != "__main__":
