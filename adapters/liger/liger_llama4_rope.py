@@ -41,7 +41,7 @@ def _same_elements(x, y) -> bool:
 class LigerLlama4Rope(LigerRope):
     """Liger's Llama 4 rope (forward and backward); see the module docstring."""
 
-    heads_dim = 2  # [B, S, H, D]
+    heads_dim, tokens_dim = 2, 1  # [B, S, H, D]
 
     def __init__(self, source: str | None = None, restride_single_token: bool = True):
         super().__init__(restride_single_token=restride_single_token)
@@ -91,16 +91,6 @@ class LigerLlama4Rope(LigerRope):
         freqs = self.mt.scratch((len(rows), d // 2, 2), torch.float32, "llama4 freqs")
         freqs.copy_(torch.from_numpy(np.stack(pairs, axis=-1)))
         return freqs
-
-    def _rows_as_liger_assumes(self, x):
-        """x ([B, S, H, D]) with the stride of a size-1 S set to the batch stride: the kernel
-        addresses row (b, s) at (b * S + s) * stride(1), so with S == 1 entry b is b *
-        stride(1) away, which is right only when stride(1) == stride(0)."""
-        if x.shape[1] != 1 or not self.restride_single_token:
-            return x
-        stride = list(x.stride())
-        stride[1] = stride[0]
-        return x.as_strided(x.shape, stride, x.storage_offset())
 
     def _run(self, call, q, k, backward: bool):
         freqs = self._freqs(call)

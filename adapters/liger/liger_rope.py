@@ -255,15 +255,16 @@ class LigerRope(KvSplitByRope):
         return tables
 
     def _rows_as_liger_assumes(self, x):
-        """x ([B, H, S, D]) with the stride of a size-1 S set to the batch stride: the same
-        elements, the token stride Liger reads (see the module docstring). Liger addresses
+        """x (the kernel's view, tokens along ``tokens_dim``) with the stride of a size-1 S set
+        to the batch stride: the same elements, the token stride Liger reads (see the module
+        docstring); the Llama 4 kernel the same. Liger addresses
         (batch, token) row r at r * stride(S), so with S == 1 entry b lies b * stride(S) away,
         right only when that is the batch stride (H times the head stride is not: a broadcast
         one-head k_pe has head stride 0)."""
-        if x.shape[2] != 1 or not self.restride_single_token:
+        if x.shape[self.tokens_dim] != 1 or not self.restride_single_token:
             return x
         stride = list(x.stride())
-        stride[2] = stride[0]
+        stride[self.tokens_dim] = stride[0]
         return x.as_strided(x.shape, stride, x.storage_offset())
 
     def _rotate(self, call, x, backward: bool):
@@ -279,7 +280,7 @@ class LigerRope(KvSplitByRope):
             y, _ = self.liger.LigerRopeFunction.apply(x, other, cos, sin)
         x.copy_(y)  # a no-op copy where Liger wrote x itself
 
-    heads_dim = 1  # Liger's [B, H, S, D]
+    heads_dim, tokens_dim = 1, 2  # Liger's [B, H, S, D]
 
     def _pe_view(self, call, a: np.ndarray):
         return self._kernel_view(call, a, call.dtype)
