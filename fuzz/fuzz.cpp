@@ -71,6 +71,20 @@ std::string rows_kind(const props::CaseSpec& s) {
   return s.seq_offsets ? "offsets" : "positions";
 }
 
+// Head counts as kernels that take heads in tiles see them: two or more split into a q and a
+// k of different counts (grouped-query, as adapters map them), over 32 need a second program
+// of 1024 lanes at emb_dim 64.
+std::string heads_kind(const props::CaseSpec& s) {
+  if (s.heads <= 2) return std::to_string(s.heads);
+  return s.heads <= 32 ? "3-32" : "over 32";
+}
+
+// Rope calls whose head holds more than the rope slice: a kernel of a leading rotary slice
+// (rotary_dim < head_dim) sees them as partial rotary.
+std::string rotary_kind(const props::CaseSpec& s) { return s.nope_dim > 0 ? "partial" : "full"; }
+
+bool is_rope(const props::CaseSpec& s) { return s.op == Op::rope || s.op == Op::rope_backward; }
+
 void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& report) {
   ++st.cases;
   st.counts["op"][std::string(to_string(s.op))]++;
@@ -83,6 +97,8 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
   st.counts["table"][std::string(to_string(s.table_kind))]++;
   st.counts["in_place"][s.in_place ? "true" : "false"]++;
   st.counts["rows"][rows_kind(s)]++;
+  st.counts["heads"][heads_kind(s)]++;
+  if (is_rope(s)) st.counts["rotary"][rotary_kind(s)]++;
   // The joint coverage matrix: op;layout;dtype;triple;cp_size.
   st.counts["matrix"][std::string(to_string(s.op)) + ";" + std::string(to_string(s.layout)) + ";" +
                       std::string(to_string(s.dtype)) + ";" + layout_triple(s) + ";" +
@@ -96,6 +112,8 @@ void count_case(FuzzStats& st, const props::CaseSpec& s, const CheckReport& repo
   else {  // the backend took the call
     st.counts["reached"][std::string(to_string(s.op))]++;
     st.counts["rows_reached"][rows_kind(s)]++;
+    st.counts["heads_reached"][heads_kind(s)]++;
+    if (is_rope(s)) st.counts["rotary_reached"][rotary_kind(s)]++;
   }
   for (const CheckResult& r : report.results)
     st.checks[std::string(to_string(r.check))][int(r.outcome)]++;

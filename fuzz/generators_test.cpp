@@ -70,6 +70,7 @@ TEST(Generators, EdgeSizesComeUpOften) {
             0.3);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.heads == 0; }), 0.02);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.heads > 64; }), 0.03);
+  EXPECT_GT(share(specs(8), [](const CaseSpec& s) { return s.heads > 32; }), 0.03);
   EXPECT_GT(share(all, [](const CaseSpec& s) { return s.emb_dim == 64; }), 0.2);
   EXPECT_GT(share(all,
                   [](const CaseSpec& s) {
