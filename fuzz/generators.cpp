@@ -65,14 +65,15 @@ Gen<bool> sometimes(std::size_t percent) {
   return pick<bool>({{100 - percent, false}, {percent, true}});
 }
 
-// Heads, with a share of more than 32 at every size: a Triton kernel that tiles heads x
-// emb_dim / 2 into programs of 1024 lanes (Unsloth's) needs that many for a second program.
+// Marks a draw of wide heads, sized by widened() once emb_dim is drawn.
+constexpr I kWideHeads = -1;
+
 Gen<I> heads() {
   return pick_gen<I>({{40, any_of<I>({1, 3, 5, 7, 12, 20})},
                       {38, scaled(1, 16)},
                       {14, scaled(1, 128)},
-                      {4, any_of<I>({33, 48, 65, 96, 130})},
-                      {4, gen::just<I>(0)}});
+                      {3, gen::just(kWideHeads)},
+                      {5, gen::just<I>(0)}});
 }
 
 Gen<I> emb_dim() {
@@ -226,6 +227,24 @@ CaseSpec shaped(CaseSpec s, const PathShape& p) {
   return s;
 }
 
+// Wide heads, at every size: H x emb_dim / 2 in (1024, 1536], so that a Triton kernel that
+// tiles a token's heads into programs of 1024 lanes (Unsloth's) needs a second program.
+// emb_dim at least 16 (at most 192 heads) and the nope, k and v parts cut to emb_dim / 2 keep
+// a row within 4,608 elements: the checks' cost grows with both.
+Gen<CaseSpec> widened(CaseSpec h) {
+  if (h.heads != kWideHeads) return gen::just(h);
+  h.emb_dim = std::max<I>(h.emb_dim, 16);
+  const I half = h.emb_dim / 2;
+  h.nope_dim = std::min(h.nope_dim, half);
+  h.k_dim = std::min(h.k_dim, half);
+  h.v_dim = std::min(h.v_dim, half);
+  return gen::map(uniform(1024 / half + 1, 1536 / half), [h](I heads) {
+    CaseSpec s = h;
+    s.heads = heads;
+    return s;
+  });
+}
+
 // The row structure, drawn after the dims.
 struct Rows {
   I seq = 0, batch = 1;
@@ -234,13 +253,18 @@ struct Rows {
   I cp_rank = 0;
 };
 
-// Rows a case may have: an element budget of 256 + 40 * size per tensor, at most 2 + 0.3 size.
+bool wide_heads(const CaseSpec& s) { return s.heads * (s.emb_dim / 2) > 1024; }
+
+// Rows a case may have: an element budget of 256 + 40 * size per tensor, at most 2 + 0.3 size,
+// at least 1, or 2 for wide heads (so that such a case has a row more often than not: with
+// context parallelism an SBHD sequence has an even length).
 I max_rows(const CaseSpec& s, int size) {
   const bool rope = s.op == Op::rope || s.op == Op::rope_backward;
   const I widest = rope ? s.nope_dim + s.emb_dim : std::max(s.k_dim + s.v_dim, s.k_dim + s.emb_dim);
   const I per_row = std::max<I>(1, s.heads) * std::max<I>(1, widest);
   const I budget = 256 + 40 * static_cast<I>(std::max(size, 0));
-  return std::clamp<I>(budget / per_row, 1, 2 + 3 * static_cast<I>(std::max(size, 0)) / 10);
+  const I least = wide_heads(s) ? 2 : 1;
+  return std::clamp<I>(budget / per_row, least, 2 + 3 * static_cast<I>(std::max(size, 0)) / 10);
 }
 
 Gen<std::vector<I>> sequences(I rows) {
@@ -276,7 +300,10 @@ Gen<Rows> rows(const CaseSpec& s, I limit, bool batch_one) {
 
 void finish_sbhd(CaseSpec& s, const Rows& r, I limit) {
   s.batch = r.batch;
-  s.seq = std::min(r.seq, limit / std::max<I>(1, r.batch));
+  // A case of wide heads keeps its tokens: fewer batch entries rather than no sequence.
+  const I even = s.cp_size > 1 ? 2 : 1;
+  if (wide_heads(s) && r.seq > 0) s.batch = std::min(r.batch, std::max<I>(1, limit / even));
+  s.seq = std::min(r.seq, limit / std::max<I>(1, s.batch));
   if (s.cp_size > 1) s.seq -= s.seq % 2;
   s.seq_lengths.clear();
   s.padding_rows = 0;
@@ -349,10 +376,11 @@ CaseSpec finish(CaseSpec s, const Rows& r, const GenOptions& o, I limit) {
 }  // namespace
 
 rc::Gen<CaseSpec> case_spec(const GenOptions& o) {
-  const Gen<CaseSpec> drawn = gen::mapcat(head(o), [o](const CaseSpec& h) {
+  const Gen<CaseSpec> shaped_draw = gen::mapcat(head(o), [o](const CaseSpec& h) {
     return gen::map(path_shape(o.vector_path_share),
                     [h](const PathShape& p) { return shaped(h, p); });
   });
+  const Gen<CaseSpec> drawn = gen::mapcat(shaped_draw, widened);
   return gen::mapcat(drawn, [o](CaseSpec h) {
     h.heads = std::max(h.heads, o.min_heads);
     return gen::withSize([o, h](int size) {
