@@ -14,6 +14,8 @@ it there): without them the tests skip.
 
 import json
 import os
+import re
+import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -123,6 +125,65 @@ def test_rows_that_differ_per_batch_entry_are_drawn_and_checked(tmp_path):
     assert wrong["failing_cases"] > 0, wrong["summary"]
 
 
+def _planted_root(tmp_path, old: str, new: str) -> str:
+    """A copy of the release's tree whose kernel has ``old`` (found once) replaced by ``new``:
+    a planted bug."""
+    sys.path.insert(0, HERE)
+    from unsloth_rope import KERNEL, release_root
+
+    root = tmp_path / "planted"
+    shutil.copytree(release_root(), root)
+    path = root / KERNEL
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return str(root)
+
+
+def _failing_lanes(out) -> list:
+    """Heads x emb_dim / 2 of each failing case a fuzz wrote into ``out``."""
+    with open(out / "fuzz.json", encoding="utf-8") as f:
+        failures = json.load(f)["failures"]
+    found = [re.search(r"\bH=(\d+) .*\bemb=(\d+)", f["case"]) for f in failures]
+    return [int(m.group(1)) * (int(m.group(2)) // 2) for m in found]
+
+
+def test_heads_in_several_programs_are_drawn_and_checked(tmp_path):
+    # More heads than one program takes (next_pow2(H) x next_pow2(emb_dim / 2) > 1024 lanes):
+    # the generators draw H x emb_dim / 2 over 1024 at every size ("over 32" heads in
+    # fuzz.json), here every head given to Q, the draws steered to what Unsloth takes. A
+    # kernel that starts program g at head g, not at g x HEADS_Q, must fail, and only there.
+    root = _planted_root(tmp_path, "group * HEADS_Q,\n", "group,\n")
+    result = run_fuzz(
+        {"grouped_query": False, "root": root},
+        cases=budget(300),
+        seed=8,
+        out=str(tmp_path / "out"),
+        size=8,
+        dtypes=["f32"],
+        layouts="half/half/*",
+        ops=["rope", "rope_backward"],
+        steer=True,
+    )
+    with open(tmp_path / "out" / "fuzz.json", encoding="utf-8") as f:
+        counts = json.load(f)["counts"]
+    assert counts["heads_reached"].get("over 32", 0) >= 5, counts["heads"]
+    assert result["failing_cases"] > 0, result["summary"]
+    assert min(_failing_lanes(tmp_path / "out")) > 1024
+
+
+def test_grouped_query_heads_in_one_launch_are_checked(tmp_path):
+    # A rope call's heads go to Unsloth's Q and K, of different counts, in one launch. A kernel
+    # that masks K's heads with Q's count must fail; given every head as Q it would pass.
+    old = "(group - n_groups_Q) * HEADS_K,\n            n_heads_K,\n"
+    root = _planted_root(tmp_path, old, old.replace("n_heads_K,", "n_heads_Q,"))
+    args = dict(cases=budget(120), seed=9, size=8, dtypes=["f32"], layouts="half/half/*")
+    wrong = run_fuzz({"root": root}, out=str(tmp_path / "wrong"), **args)
+    assert wrong["failing_cases"] > 0, wrong["summary"]
+    hidden = run_fuzz({"root": root, "grouped_query": False}, out=str(tmp_path / "q"), **args)
+    assert hidden["failing_cases"] == 0, hidden["summary"]
+
+
 def test_llama_shapes_match_the_reference():
     # What the generators never draw: Llama-like heads (Q 24 x 128 in two programs of 16 heads,
     # the second half masked; K 6 heads, GQA), per-batch position ids, and autograd's own
@@ -217,7 +278,9 @@ def _fuzz_main(adapter_flags: str, fuzz_args: str) -> int:
     sys.path.insert(0, HERE)
     from unsloth_rope import UnslothRope
 
-    return fuzz_main(UnslothRope(), adapter_flags, fuzz_args)
+    flags = json.loads(adapter_flags)  # "root": another tree than the release's (a planted bug)
+    adapter = UnslothRope(flags.pop("root", None))
+    return fuzz_main(adapter, json.dumps(flags), fuzz_args)
 
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "fuzz":

@@ -21,9 +21,13 @@ Unsloth's Llama attention calls it (``Q.view(B, S, H, D).transpose(1, 2)``, the 
 - the rope slice only: the view ``t[..., nope_dim:]`` is Unsloth's ``Q``, a head of
   ``emb_dim`` elements (the kernel rotates the whole head: Unsloth has no partial rotation),
   given at its own strides; the adapter copies the nope part itself. SBHD is permuted to
-  [B, H, S, D] by a view; THD is one batch entry of T tokens. Rope calls go through the ``Q``
-  heads of the kernel, ``kv_split`` through the ``K`` heads (``k_pe``, one head, as DeepSeek's);
-  the tensor a call has no use for is a one-head zero tensor (Unsloth always takes both);
+  [B, H, S, D] by a view; THD is one batch entry of T tokens. Rope calls go through both: the
+  last ``k`` of the ``H`` heads are Unsloth's ``K`` and the others its ``Q``, so that one
+  launch rotates a grouped-query pair of different head counts, as Llama's attention gives it
+  (``k`` the largest divisor of ``H`` at most ``H / 3``: ``mlarope.rope_only``; with one head,
+  ``K`` is a one-head zero tensor; ``grouped_query=False`` gives every head to ``Q``).
+  ``kv_split`` goes through the ``K`` heads (``k_pe``, one head, as DeepSeek's) beside a
+  one-head zero ``Q`` (Unsloth always takes both);
 - positions: where every batch entry reads rows 0 .. S-1 (no context parallelism, sequence
   offsets, packed mode or position ids; THD of one sequence from row 0), no indices are given:
   the kernel's own ``row % seq_len``. Otherwise the row of each token at its ``freq_row``
@@ -94,7 +98,7 @@ import types
 
 import numpy as np
 
-from mlarope.rope_only import KvSplitByRope
+from mlarope.rope_only import KvSplitByRope, grouped_query_k_heads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.dirname(HERE))  # adapters/: releases.py
@@ -240,6 +244,8 @@ class UnslothRope(KvSplitByRope):
         # True gives every batch entry the rows of entry 0: a kernel that ignores per-entry
         # position ids, for the test that shows the fuzz draws them.
         self.first_entry_rows = False
+        # False gives a rope call's heads to Q alone (K a one-head zero tensor).
+        self.grouped_query = True
 
     def kernels(self):
         """The Triton kernels the adapter launches (Unsloth does not autotune its rope)."""
@@ -340,23 +346,31 @@ class UnslothRope(KvSplitByRope):
         B, _, S, d = x.shape
         return self.torch.zeros((B, 1, S, d), dtype=x.dtype)
 
+    def _parts(self, x):
+        """The views of x ([B, H, S, d]) that Unsloth gets as Q and K: its first H - k heads and
+        its last k (module docstring), or x alone as Q."""
+        H = x.shape[1]
+        k = grouped_query_k_heads(H) if self.grouped_query else 0
+        return [x[:, : H - k], x[:, H - k :]] if k else [x]
+
     def rope(self, call):
         t, out, n, dtype = call.inputs[0], call.outputs[0], call.nope_dim, call.dtype
         if out.size == 0:
             return
         backward, indices = call.op == "rope_backward", self._indices(call)
         into = self._kernel_view(call, out[..., n:], dtype)
-        if call.in_place:
-            x = into
-        else:
+        x = into
+        if not call.in_place:
             out[..., :n] = t[..., :n]
             x = self._kernel_view(call, t[..., n:], dtype)
-            if not backward and self._writes_in_place(x, indices):
+            if not backward and any(self._writes_in_place(p, indices) for p in self._parts(x)):
                 out[..., n:] = t[..., n:]  # Unsloth rotates its input: it gets the output
                 x = into
-        y, _ = self._run(call, x, self._other(x), indices, backward)
-        if not _same_elements(into, y):  # else Unsloth rotated the output in place
-            into.copy_(y)
+        q, k = [*self._parts(x), self._other(x)][:2]
+        rotated = self._run(call, q, k, indices, backward)
+        for target, y in zip(self._parts(into), rotated):
+            if not _same_elements(target, y):  # else Unsloth rotated the output in place
+                target.copy_(y)
 
     def _pe_view(self, call, a: np.ndarray):
         return self._kernel_view(call, a, call.dtype)

@@ -16,6 +16,17 @@ rotates the sum back.
 from __future__ import annotations
 
 
+def grouped_query_k_heads(heads: int) -> int:
+    """How many of a rope call's ``heads`` an adapter of a kernel that rotates ``q`` and ``k``
+    in one launch gives to ``k`` (the first ``heads - k`` go to ``q``): the largest divisor of
+    ``heads`` at most a third of it (at least 1), so that ``q`` has a multiple of ``k``'s heads,
+    as grouped-query attention does, and more heads than ``k`` from 3 heads on. 0 for fewer than
+    2 heads: ``q`` takes them all (and the kernel a ``k`` the adapter makes)."""
+    if heads < 2:
+        return 0
+    return max(d for d in range(1, max(1, heads // 3) + 1) if heads % d == 0)
+
+
 class KvSplitByRope:
     heads_dim = -2  #: the heads' dimension in ``_pe_view``'s tensors
 
