@@ -17,7 +17,9 @@ counterpart:
 - positions: one table row per token position, the same for every batch entry (Llama 4's
   ``freqs_cis`` has no batch dimension): calls whose batch entries read different rows
   (sequence offsets, THD sequences of different starts) are declined;
-- SBHD is permuted to [B, S, H, D] by a view; THD is one batch entry of T tokens;
+- SBHD is permuted to [B, S, H, D] by a view; THD is one batch entry of T tokens; a rope
+  call's heads are split into ``q`` and ``k`` of one launch as for LigerRope (a grouped-query
+  pair); the rope slice alone, never whole heads (the kernel rotates whole heads);
 - one token per sequence (S == 1, B > 1): the kernel takes ``q.stride(1)`` as the stride
   between (batch, token) rows, the same idiom as ``ops/rope.py`` (findings/seq1_row_stride),
   and a size-1 dimension's stride is whatever the view has (an SBHD view permuted has B x H x D
@@ -46,6 +48,7 @@ class LigerLlama4Rope(LigerRope):
     def __init__(self, source: str | None = None, restride_single_token: bool = True):
         super().__init__(restride_single_token=restride_single_token)
         self.llama4 = load(source, "llama4_rope.py")
+        self.leading_slice = False  # the Llama 4 kernel rotates whole heads
 
     def kernels(self):
         return [self.llama4._llama4_rope_kernel]
@@ -100,11 +103,10 @@ class LigerLlama4Rope(LigerRope):
 
     def _rotate(self, call, x, backward: bool):
         x = self._rows_as_liger_assumes(x)
-        B, S, _, d = x.shape
-        other = self.torch.zeros((B, S, 1, d), dtype=x.dtype)
-        y, _ = self._run(call, x, other, backward)
-        if not _same_elements(x, y):  # else the kernel rotated x in place
-            x.copy_(y)
+        pair, views = self._q_and_k(x)
+        for target, y in list(zip(pair, self._run(call, *pair, backward)))[:views]:
+            if not _same_elements(target, y):  # else the kernel rotated the view in place
+                target.copy_(y)
 
     def _rotate_pe(self, call, pe, backward: bool):
         B, S, _, d = pe.shape

@@ -10,10 +10,20 @@ out [B, S, H, D], ``cos``/``sin`` of shape [1 or B, S, rd] in the ``cat(freqs, f
 rotated as (i, i + rd/2) pairs, in place on the contiguous [B, S, H, D] tensor. The adapter
 maps each call the way Hugging Face models call it, and declines what has no counterpart:
 
-- the rope slice only: like DeepSeek's attention in transformers (``q_pe``, ``k_pe``), the
+- the rope slice: like DeepSeek's attention in transformers (``q_pe``, ``k_pe``), the
   adapter gives Liger the slice ``t[..., nope_dim:]`` as a head of ``emb_dim`` elements (full
   rotation) and copies the nope part itself. SBHD is permuted to Liger's [B, H, S, D] by a view;
-  THD is one batch entry of T tokens;
+  THD is one batch entry of T tokens. Where the release takes ``rotary_dim`` (partial rotation,
+  from 0.8.5) and ``nope_dim > 0``, Liger gets whole heads instead, laid out [rope | nope] in a
+  guarded scratch ([B, S, H, D] memory), as partial-rotary models (GPT-NeoX, Phi, GLM) lay
+  theirs out: the leading ``rotary_dim = emb_dim`` elements rotated and the rest passed through
+  by Liger, whose output the adapter stores back, both parts (``leading_slice=False`` passes the
+  slice instead);
+- q and k: Liger rotates both in one launch; a rope call's last ``k`` heads are Liger's ``k``
+  and the others its ``q``, a grouped-query pair of different head counts (``k`` the largest
+  divisor of ``H`` at most ``H / 3``: ``mlarope.rope_only``; ``grouped_query=False`` gives
+  every head to ``q``); with one head, and for ``kv_split`` below, the tensor a call has no use
+  for is a one-head zero tensor;
 - out of place: the input is copied into the output first and Liger rotates the output in
   place (Liger writes the tensor it is given whenever that tensor is contiguous); in place:
   Liger runs on the tensor itself. Where the view is not contiguous Liger works on a copy and
@@ -30,8 +40,7 @@ maps each call the way Hugging Face models call it, and declines what has no cou
   (what ``LigerRopeFunction.backward`` calls), which rotates by the transposed matrix;
 - ``kv_split``: ``k_pe`` is Liger's ``k`` (one head, as DeepSeek's ``k_pe``), rotated and
   expanded over the heads; its backward sums the heads' rope gradients in f32 (what autograd of
-  that expand computes) and gives the sum to Liger's backward. Liger always takes ``q`` and
-  ``k`` together: the tensor a call has no use for is a one-head zero tensor;
+  that expand computes) and gives the sum to Liger's backward;
 - one token per sequence (S == 1, B > 1): Liger takes ``q.stride(1)`` of its [B, S, H, D] view
   as the stride between tokens, and ``.contiguous()`` leaves a size-1 dimension's stride as it
   is, so any stride other than H * D makes it rotate the wrong rows or store past the tensor
@@ -50,11 +59,12 @@ maps each call the way Hugging Face models call it, and declines what has no cou
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 
 import numpy as np
 
-from mlarope.rope_only import KvSplitByRope
+from mlarope.rope_only import KvSplitByRope, grouped_query_k_heads
 
 VERSION = "0.8.5"  # requirements.txt pins this wheel by hash
 
@@ -187,6 +197,10 @@ class LigerRope(KvSplitByRope):
         self.restride_single_token = restride_single_token
         # True negates sin on every call: a wrong mapping, for the test that shows the fuzz fails.
         self.flip_sin = False
+        # False: the rope slice alone, never whole heads with a leading rotary slice.
+        self.leading_slice = True
+        # False: a rope call's heads all go to q (k a one-head zero tensor).
+        self.grouped_query = True
 
     def kernels(self):
         """The Triton kernels the adapter launches (Liger does not autotune its rope)."""
@@ -267,18 +281,46 @@ class LigerRope(KvSplitByRope):
         stride[self.tokens_dim] = stride[0]
         return x.as_strided(x.shape, stride, x.storage_offset())
 
+    def _q_and_k(self, x):
+        """x's heads as the q and k of one launch (module docstring): (q, k) and how many of
+        them are views of x (2, or 1 where k is a one-head zero tensor)."""
+        H = x.shape[self.heads_dim]
+        k = grouped_query_k_heads(H) if self.grouped_query else 0
+        if k:
+            return (x.narrow(self.heads_dim, 0, H - k), x.narrow(self.heads_dim, H - k, k)), 2
+        shape = list(x.shape)
+        shape[self.heads_dim] = 1
+        return (x, self.torch.zeros(shape, dtype=x.dtype)), 1
+
     def _rotate(self, call, x, backward: bool):
         """Liger on x ([B, H, S, d], a view of harness memory): the result stored back into x."""
-        torch = self.torch
         cos, sin = self._tables(call)
         x = self._rows_as_liger_assumes(x)
-        B, _, S, d = x.shape
-        other = torch.zeros((B, 1, S, d), dtype=x.dtype)  # Liger's q or k that the call lacks
+        pair, views = self._q_and_k(x)
         if backward:
-            y, _ = self.liger.rope_backward(x, other, cos, sin)
+            rotated = self.liger.rope_backward(*pair, cos, sin)
         else:
-            y, _ = self.liger.LigerRopeFunction.apply(x, other, cos, sin)
-        x.copy_(y)  # a no-op copy where Liger wrote x itself
+            rotated = self.liger.LigerRopeFunction.apply(*pair, cos, sin)
+        for target, y in list(zip(pair, rotated))[:views]:
+            target.copy_(y)  # a no-op copy where Liger wrote the view itself
+
+    def _takes_leading_slice(self, call) -> bool:
+        """Whether the call goes to Liger as whole heads with a leading rotary slice."""
+        if not self.leading_slice or call.nope_dim == 0:
+            return False
+        return "rotary_dim" in inspect.signature(self.liger.rope_forward).parameters
+
+    def _rotate_leading(self, call, src, dst, backward: bool):
+        """Liger's partial rotation on src's heads ([B, H, S, D] views of harness memory) laid out
+        [rope | nope] in a guarded scratch, its output stored into dst (module docstring)."""
+        n, e = call.nope_dim, call.emb_dim
+        B, H, S, D = src.shape
+        heads = self.mt.scratch((B, S, H, D), src.dtype, "liger heads").permute(0, 2, 1, 3)
+        heads[..., :e] = src[..., n:]
+        heads[..., e:] = src[..., :n]
+        self._rotate(call, heads, backward)
+        dst[..., n:] = heads[..., :e]
+        dst[..., :n] = heads[..., e:]
 
     heads_dim, tokens_dim = 1, 2  # Liger's [B, H, S, D]
 
@@ -301,6 +343,10 @@ class LigerRope(KvSplitByRope):
     def rope(self, call):
         t, out, n, dtype = call.inputs[0], call.outputs[0], call.nope_dim, call.dtype
         if out.size == 0:
+            return
+        if self._takes_leading_slice(call):
+            src, dst = (self._kernel_view(call, a, dtype) for a in (t, out))
+            self._rotate_leading(call, src, dst, call.op == "rope_backward")
             return
         if not call.in_place:
             out[...] = t  # Liger rotates in place: it gets the output, holding the input

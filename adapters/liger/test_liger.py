@@ -106,6 +106,44 @@ def test_a_wrong_mapping_fails_the_fuzz(tmp_path):
     assert result["failing_cases"] > 0, result["summary"]
 
 
+def _planted_source(tmp_path, old: str, new: str) -> str:
+    """A copy of the installed ops/rope.py with ``old`` (found once) replaced by ``new``: a
+    planted bug."""
+    sys.path.insert(0, HERE)
+    from liger_rope import _ops_file
+
+    with open(_ops_file(), encoding="utf-8") as f:
+        text = f.read()
+    assert text.count(old) == 1, old
+    path = tmp_path / "rope.py"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return str(path)
+
+
+def test_a_leading_rotary_slice_is_checked(tmp_path):
+    # Where nope_dim > 0 ("partial" in fuzz.json's rotary counts) Liger gets whole heads whose
+    # leading rotary_dim = emb_dim < head_dim elements it rotates. A kernel that steps between
+    # q's heads by rotary_dim, not head_dim, must fail; given the rope slice alone, it passes.
+    old = "first_half_q_offsets = tl.arange(0, pad_n_qh)[:, None] * hd"
+    source = _planted_source(tmp_path, old, old[:-2] + "rd")
+    args = dict(
+        cases=budget(60),
+        seed=5,
+        size=8,
+        dtypes=["f32"],
+        layouts="half/half/*",
+        ops=["rope", "rope_backward"],
+    )
+    wrong = run_fuzz({"source": source}, out=str(tmp_path / "wrong"), **args)
+    with open(tmp_path / "wrong" / "fuzz.json", encoding="utf-8") as f:
+        counts = json.load(f)["counts"]
+    assert counts["rotary_reached"].get("partial", 0) >= 10, counts["rotary"]
+    assert wrong["failing_cases"] > 0, wrong["summary"]
+    flags = {"source": source, "leading_slice": False}
+    hidden = run_fuzz(flags, out=str(tmp_path / "slice"), **args)
+    assert hidden["failing_cases"] == 0, hidden["summary"]
+
+
 def test_llama4_fuzz_is_clean_where_it_maps(tmp_path, capsys):
     # ops/llama4_rope.py: interleaved pairs, one table row per position for every batch entry.
     result = run_fuzz(
@@ -201,8 +239,10 @@ def _fuzz_main(kernel: str, adapter_flags: str, fuzz_args: str) -> int:
     from liger_llama4_rope import LigerLlama4Rope
     from liger_rope import LigerRope
 
-    adapter = {"rope": LigerRope, "llama4": LigerLlama4Rope}[kernel]()
-    return fuzz_main(adapter, adapter_flags, fuzz_args)
+    flags = json.loads(adapter_flags)  # "source": another rope.py (a planted bug)
+    source = flags.pop("source", None)
+    adapter = LigerRope(source) if kernel == "rope" else LigerLlama4Rope()
+    return fuzz_main(adapter, json.dumps(flags), fuzz_args)
 
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "fuzz":
