@@ -11,10 +11,14 @@ head of ``x`` ([B, S, H, D], or [T, H, D] with ``cu_seqlens``; any strides) with
 sequence ``b`` reading row ``s + seqlen_offsets[b]``, in f32. The adapter maps each call the
 way flash-attn's ``ApplyRotaryEmb`` calls it, and declines what has no counterpart:
 
-- the rope slice only: the view ``t[..., nope_dim:]`` is flash-attn's ``x``, a head of
-  ``emb_dim`` elements (``rotary_dim == headdim``; the kernel takes every stride from the view,
-  so the slice is rotated where it lies); the adapter copies the nope part itself. SBHD is
-  permuted to [B, S, H, D] by a view;
+- the rope slice: where ``nope_dim == 0`` (or the head is wider than flash-attn's 256), the
+  view ``t[..., nope_dim:]`` is flash-attn's ``x``, a head of ``emb_dim`` elements
+  (``rotary_dim == headdim``; the kernel takes every stride from the view, so the slice is
+  rotated where it lies), and the adapter copies the nope part itself. Otherwise flash-attn
+  gets whole heads with a leading rotary slice (``rotary_dim = emb_dim < headdim``, as
+  GPT-NeoX-style partial rotary calls it), laid out [rope | nope] in a guarded scratch, in
+  place or out of place as the call is, and its output is stored back, both parts
+  (``leading_slice=False``: the slice alone). SBHD is permuted to [B, S, H, D] by a view;
 - pair layouts: (half -> half) is ``interleaved=False``, (interleaved -> interleaved) is
   ``interleaved=True``; a table in either layout whose two entries per pair are equal, passed as
   the view of one entry per pair (flash-attn's wrapper makes it contiguous);
@@ -129,6 +133,8 @@ class FlashRotary(KvSplitByRope):
         # True toggles conjugate on every call: a wrong mapping, for the test that shows the
         # fuzz fails.
         self.flip_conjugate = False
+        # False: the rope slice alone, never whole heads with a leading rotary slice.
+        self.leading_slice = True
 
     def kernels(self):
         """The Triton kernels the adapter launches (flash-attn does not autotune its rotary)."""
@@ -269,11 +275,26 @@ class FlashRotary(KvSplitByRope):
             x, cos, sin, cu_seqlens=local, max_seqlen=int(lengths.max()), **kwargs
         )
 
+    def _rotate_leading(self, call, x, y, backward: bool):
+        """apply_rotary on x's heads laid out [rope | nope] in a guarded scratch (rotary_dim =
+        emb_dim < headdim), its output stored into y, both parts (module docstring)."""
+        n, e = call.nope_dim, call.emb_dim
+        heads = self.mt.scratch(tuple(x.shape), x.dtype, "flash-attn heads")
+        heads[..., :e] = x[..., n:]
+        heads[..., e:] = x[..., :n]
+        rotated = self._apply(call, heads, backward=backward, inplace=call.in_place)
+        y[..., n:] = rotated[..., :e]
+        y[..., :n] = rotated[..., e:]
+
     def rope(self, call):
         t, out, n, dtype = call.inputs[0], call.outputs[0], call.nope_dim, call.dtype
         if out.size == 0:
             return
         x = self.mt.torch_view(t, dtype)
+        if self.leading_slice and n > 0 and n + call.emb_dim <= 256:
+            y = x if call.in_place else self.mt.torch_view(out, dtype)
+            self._rotate_leading(call, x, y, call.op == "rope_backward")
+            return
         if call.in_place:
             self._apply(call, x[..., n:], backward=call.op == "rope_backward", inplace=True)
             return
