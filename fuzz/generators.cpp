@@ -227,18 +227,19 @@ CaseSpec shaped(CaseSpec s, const PathShape& p) {
   return s;
 }
 
-// Wide heads, at every size: H x emb_dim / 2 in (1024, 1536], so that a Triton kernel that
+// Wide heads, at every size: H x emb_dim / 2 in (1024, 1280], so that a Triton kernel that
 // tiles a token's heads into programs of 1024 lanes (Unsloth's) needs a second program.
-// emb_dim at least 16 (at most 192 heads) and the nope, k and v parts cut to emb_dim / 2 keep
-// a row within 4,608 elements: the checks' cost grows with both.
+// emb_dim at least 64 (at most 40 heads: a kernel with a program per head, run by Triton's
+// interpreter, pays for each) and the nope, k and v parts at most 8 keep a row within 2,880
+// elements: the checks' cost grows with both.
 Gen<CaseSpec> widened(CaseSpec h) {
   if (h.heads != kWideHeads) return gen::just(h);
-  h.emb_dim = std::max<I>(h.emb_dim, 16);
+  h.emb_dim = std::max<I>(h.emb_dim, 64);
   const I half = h.emb_dim / 2;
-  h.nope_dim = std::min(h.nope_dim, half);
-  h.k_dim = std::min(h.k_dim, half);
-  h.v_dim = std::min(h.v_dim, half);
-  return gen::map(uniform(1024 / half + 1, 1536 / half), [h](I heads) {
+  h.nope_dim = std::min<I>(h.nope_dim, 8);
+  h.k_dim = std::min<I>(h.k_dim, 8);
+  h.v_dim = std::min<I>(h.v_dim, 8);
+  return gen::map(uniform(1024 / half + 1, 1280 / half), [h](I heads) {
     CaseSpec s = h;
     s.heads = heads;
     return s;
