@@ -37,8 +37,11 @@ How our calls (docs/semantics.md) map onto them:
   place (every kernel rotates ``q`` in place); in place: the kernel runs on the tensor itself;
 - rope calls go through the kernels' ``q`` path, ``kv_split`` through their ``k`` path (``k_pe``
   is a one-head ``k``, as a grouped-query key; its backward sums the heads' rope gradients in
-  f32, what autograd of the expand computes, and rotates the sum back). The tensor a call has
-  no use for is a one-head zero tensor (for the deprecated path, whose cache and ``k`` have the
+  f32, what autograd of the expand computes, and rotates the sum back). ``rotary_embedding``
+  gets a rope call's heads as both: its last ``k`` heads are ``k`` and the others ``q``, a
+  grouped-query pair (``k`` the largest divisor of ``H`` at most ``H / 3``, so ``Hq % Hk == 0``
+  as the kernel asserts: ``mlarope.rope_only``; ``grouped_query=False`` gives every head to
+  ``q``). Otherwise the tensor a call has no use for is a one-head zero tensor (for the deprecated path, whose cache and ``k`` have the
   heads of ``q``, an ``H``-head one). Where the rotated ``k`` is written to the cache only, the
   adapter reads it back from each token's slot;
 - positions: each token's ``freq_row`` (docs/semantics.md §2: context parallelism, sequence
@@ -110,7 +113,7 @@ import warnings
 
 import numpy as np
 
-from mlarope.rope_only import KvSplitByRope
+from mlarope.rope_only import KvSplitByRope, grouped_query_k_heads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.dirname(HERE))  # adapters/: releases.py
@@ -215,6 +218,8 @@ class ColossalRotary(KvSplitByRope):
         self.strided_cache = strided_cache
         # True negates sin on every call: a wrong mapping, for the test that shows the fuzz fails.
         self.flip_sin = False
+        # False gives a rope call's heads to q alone (rotary_embedding's k a one-head zero).
+        self.grouped_query = True
 
     entry_point = "no_pad_rotary_embedding.rotary_embedding"
 
@@ -309,6 +314,11 @@ class ColossalRotary(KvSplitByRope):
         tensor (x itself, rotated in place)."""
         torch = self.torch
         cos, sin = self._per_token(call, rows, backward)
+        H = x.shape[1]
+        heads_k = grouped_query_k_heads(H) if role == "q" and self.grouped_query else 0
+        if heads_k:
+            self.no_pad.rotary_embedding(x[:, : H - heads_k], x[:, H - heads_k :], cos, sin)
+            return x
         other = torch.zeros((x.shape[0], 1, x.shape[2]), dtype=x.dtype)
         q, k = (x, other) if role == "q" else (other, x)
         self.no_pad.rotary_embedding(q, k, cos, sin)
