@@ -41,9 +41,9 @@ How our calls (docs/semantics.md) map onto them:
   gets a rope call's heads as both: its last ``k`` heads are ``k`` and the others ``q``, a
   grouped-query pair (``k`` the largest divisor of ``H`` at most ``H / 3``, so ``Hq % Hk == 0``
   as the kernel asserts: ``mlarope.rope_only``; ``grouped_query=False`` gives every head to
-  ``q``). Otherwise the tensor a call has no use for is a one-head zero tensor (for the deprecated path, whose cache and ``k`` have the
-  heads of ``q``, an ``H``-head one). Where the rotated ``k`` is written to the cache only, the
-  adapter reads it back from each token's slot;
+  ``q``). Otherwise the tensor a call has no use for is a one-head zero tensor (for the
+  deprecated path, whose cache and ``k`` have the heads of ``q``, an ``H``-head one). Where the
+  rotated ``k`` is written to the cache only, the adapter reads it back from each token's slot;
 - positions: each token's ``freq_row`` (docs/semantics.md §2: context parallelism, sequence
   offsets, THD sequences, packed mode, position ids) becomes a per-token table through
   ``get_xine_cache``, as the engine makes it: in prefill mode where the rows are the positions
