@@ -6,6 +6,7 @@
 
 #include "mlarope/error.h"
 #include "mlarope/megatron.h"
+#include "mlarope/op_schema.h"
 #include "mlarope/status.h"
 
 namespace mlarope {
@@ -31,15 +32,7 @@ std::string_view to_string(TokenLayout l) { return l == TokenLayout::sbhd ? "sbh
 std::string_view to_string(FreqMode m) {
   return m == FreqMode::per_sequence ? "per_sequence" : "packed";
 }
-std::string_view to_string(Op op) {
-  switch (op) {
-    case Op::rope: return "rope";
-    case Op::rope_backward: return "rope_backward";
-    case Op::kv_split: return "kv_split";
-    case Op::kv_split_backward: return "kv_split_backward";
-  }
-  return "?";
-}
+std::string_view to_string(Op op) { return schema_of(op).name; }
 
 std::string shape_string(const std::int64_t* shape, int rank) {
   std::string s = "[";
@@ -81,9 +74,9 @@ FreqMode parse_freq_mode(std::string_view s, std::string_view what) {
 }
 
 Op parse_op(std::string_view s, std::string_view what) {
-  for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
-    if (to_string(op) == s) return op;
-  bad_value(what, s, "rope, rope_backward, kv_split or kv_split_backward");
+  for (const OpSchema& schema : op_schemas())
+    if (schema.name == s) return schema.op;
+  bad_value(what, s, "one of " + op_names());
 }
 
 std::string describe_status(DeviceStatus status) {

@@ -23,6 +23,7 @@
 #include "fuzz/broken_backends.h"
 #include "fuzz/fuzz.h"
 #include "mlarope/error.h"
+#include "mlarope/op_schema.h"
 #include "mlarope/timing.h"
 #include "reference.h"
 #include "report_command.h"
@@ -432,8 +433,7 @@ Op parse_op_name(const std::string& name) {
   try {
     return parse_op(name, "--ops");
   } catch (const Error&) {
-    throw Error("--ops: '" + name +
-                "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
+    throw Error("--ops: '" + name + "' is not an op (" + op_names() + ", yarn_tables)");
   }
 }
 
@@ -478,8 +478,7 @@ int fuzz_command(FuzzCommandOptions o) {
   const bool tty = isatty(fileno(stderr)) != 0;
   const FuzzStats stats = run_fuzz(o.fuzz, std::cerr, tty);
   FuzzOptions shown = o.fuzz;
-  if (shown.ops.empty())
-    shown.ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
+  if (shown.ops.empty()) shown.ops = all_ops();
   std::cout << summary(stats, shown);
   if (!stats.interrupted.empty()) {
     std::cerr << "mlarope fuzz: interrupted by " << stats.interrupted << " after " << stats.cases

@@ -24,6 +24,7 @@
 #include "fuzz/generators.h"
 #include "fuzz/steering.h"
 #include "mlarope/error.h"
+#include "mlarope/op_schema.h"
 
 namespace mlarope::harness {
 namespace fs = std::filesystem;
@@ -485,10 +486,6 @@ std::unique_ptr<WorkerProcess> Worker::start_worker_process(const Run& run) {
     };
   };
   return std::make_unique<WorkerProcess>(start, run.options.call_limit, run.options.fork_hooks);
-}
-
-std::vector<Op> all_ops() {
-  return {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
 }
 
 void show_progress(std::ostream& out, bool tty, std::int64_t cases, std::int64_t failures,

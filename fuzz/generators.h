@@ -12,6 +12,7 @@
 #include "checks/yarn_check.h"
 #include "fuzz/case_spec.h"
 #include "mlarope/megatron.h"
+#include "mlarope/op_schema.h"
 
 namespace mlarope::props {
 
@@ -21,7 +22,7 @@ inline constexpr int kDefaultSize = 100;
 
 /// What the generated cases may contain.
 struct GenOptions {
-  std::vector<Op> ops = {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward};
+  std::vector<Op> ops = all_ops();
   std::vector<TokenLayout> layouts = {TokenLayout::sbhd, TokenLayout::thd};
   std::vector<std::int64_t> cp_sizes = {1, 2, 3, 4, 8};  ///< 1 is drawn half of the time
   std::vector<TableKind> table_kinds = {TableKind::unit, TableKind::mscale, TableKind::random};

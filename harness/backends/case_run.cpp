@@ -6,6 +6,7 @@
 #include "backends/device_backend.h"
 #include "backends/plugin_backend.h"
 #include "mlarope/error.h"
+#include "mlarope/op_schema.h"
 #include "reference.h"
 
 namespace mlarope::harness {
@@ -146,10 +147,7 @@ std::int64_t minimum_bytes(const Case& c) {
     const auto it = c.arrays.find(name);
     return it == c.arrays.end() ? 0 : static_cast<std::int64_t>(it->second.bytes.size());
   };
-  const char* activation = k.op == Op::rope            ? "t"
-                           : k.op == Op::rope_backward ? "grad_out"
-                           : k.op == Op::kv_split      ? "kv"
-                                                       : "grad_key";
+  const std::string activation(schema_of(k.op).activation());
   const auto it = c.arrays.find(activation);
   if (it == c.arrays.end() || it->second.shape.empty()) return 0;
   const std::vector<std::int64_t>& shape = it->second.shape;
@@ -164,7 +162,7 @@ std::int64_t minimum_bytes(const Case& c) {
   total += bytes_of("cu_seqlens") + bytes_of("position_ids") + bytes_of("seq_offsets");
   const bool rope_family = k.op == Op::rope || k.op == Op::rope_backward;
   if (rope_family && k.in_place) return total + 2 * rows * heads * k.emb_dim * size;
-  if (rope_family) return total + 2 * bytes_of(activation);
+  if (rope_family) return total + 2 * bytes_of(activation.c_str());
   if (k.op == Op::kv_split)  // read kv and k_pe; write key and value
     return total + bytes_of("kv") + bytes_of("k_pe") +
            rows * heads * (k.k_dim + k.emb_dim + k.v_dim) * size;

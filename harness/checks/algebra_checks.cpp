@@ -9,6 +9,7 @@
 #include "checks/check_context.h"
 #include "checks/compare.h"
 #include "checks/tolerance.h"
+#include "mlarope/op_schema.h"
 #include "positions.h"
 
 namespace mlarope::harness::detail {
@@ -320,9 +321,10 @@ std::string non_finite_reason(CheckContext& ctx) {
       if (!std::isfinite(value_at(a, c.config.dtype, i))) return false;
     return true;
   };
-  for (const char* name : {"t", "grad_out", "kv", "k_pe", "grad_key", "grad_value"})
+  for (const std::string& name : all_input_names()) {
     if (c.arrays.count(name) && !finite(c.arrays.at(name)))
-      return std::string(name) + " holds infinities or NaNs";
+      return name + " holds infinities or NaNs";
+  }
   for (const auto& [name, a] : ctx.expected().arrays)
     if (!finite(a)) return "the reference's " + name + " holds infinities or NaNs";
   return "";

@@ -53,8 +53,8 @@ class CheckContext {
 };
 
 /// The name of the output of a rope-family op ("out" or "grad_t"), and of its input.
-const char* rope_output(Op op);
-const char* rope_input(Op op);
+std::string rope_output(Op op);
+std::string rope_input(Op op);
 /// True for rope and rope_backward.
 bool is_rope_family(Op op);
 

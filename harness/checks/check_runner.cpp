@@ -9,12 +9,13 @@
 #include "checks/check_context.h"
 #include "host_convert.h"
 #include "mlarope/error.h"
+#include "mlarope/op_schema.h"
 
 namespace mlarope::harness {
 namespace detail {
 
-const char* rope_output(Op op) { return op == Op::rope ? "out" : "grad_t"; }
-const char* rope_input(Op op) { return op == Op::rope ? "t" : "grad_out"; }
+std::string rope_output(Op op) { return std::string(schema_of(op).outputs[0]); }
+std::string rope_input(Op op) { return std::string(schema_of(op).activation()); }
 bool is_rope_family(Op op) { return op == Op::rope || op == Op::rope_backward; }
 
 CheckResult failed(CheckKind kind, const std::string& message) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "checks/check_context.h"
+#include "mlarope/op_schema.h"
 
 namespace mlarope::harness::detail {
 namespace {
@@ -67,7 +68,7 @@ void rotate_offsets(npy::Array& offsets) {
 Case replay_variant(const Case& c, std::uint64_t seed) {
   Case v = c;
   std::uint64_t salt = 0;
-  for (const char* name : {"t", "grad_out", "kv", "k_pe", "grad_key", "grad_value"}) {
+  for (const std::string& name : all_input_names()) {
     const auto it = c.arrays.find(name);
     if (it == c.arrays.end()) continue;
     npy::Array a = random_like(it->second, c.config.dtype, mix(seed + ++salt));

@@ -9,6 +9,7 @@
 #include "backends/case_run.h"
 #include "checks/compare.h"
 #include "host_convert.h"
+#include "mlarope/op_schema.h"
 #include "positions.h"
 
 namespace mlarope::harness {
@@ -177,11 +178,7 @@ void slice_exactness(const Case& c, std::int64_t freq_row, const double* x, Exac
 
 std::map<std::string, std::vector<Exactness>> exactness(const Case& c) {
   const CaseConfig& k = c.config;
-  const char* first = k.op == Op::rope            ? "t"
-                      : k.op == Op::rope_backward ? "grad_out"
-                      : k.op == Op::kv_split      ? "kv"
-                                                  : "grad_key";
-  const npy::Array& in = c.arrays.at(first);
+  const npy::Array& in = c.arrays.at(std::string(schema_of(k.op).activation()));
   const reference::RowMap map =
       reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
   const std::int64_t heads = heads_of(in), d = k.emb_dim;
@@ -220,11 +217,7 @@ std::map<std::string, std::vector<Exactness>> exactness(const Case& c) {
 }
 
 std::map<std::string, std::vector<double>> f32_error_terms(const Case& c) {
-  const char* first = c.config.op == Op::rope            ? "t"
-                      : c.config.op == Op::rope_backward ? "grad_out"
-                      : c.config.op == Op::kv_split      ? "kv"
-                                                         : "grad_key";
-  const npy::Array& in = c.arrays.at(first);
+  const npy::Array& in = c.arrays.at(std::string(schema_of(c.config.op).activation()));
   const reference::RowMap map =
       reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
   std::map<std::string, std::vector<double>> terms;

@@ -7,6 +7,7 @@
 
 #include "checks/compare.h"
 #include "checks/tolerance.h"
+#include "mlarope/op_schema.h"
 #include "positions.h"
 
 namespace mlarope::harness {
@@ -14,16 +15,6 @@ namespace {
 
 RowShape rows_of(const npy::Array& a) {
   return a.shape.size() == 4 ? RowShape{a.shape[0], a.shape[1]} : RowShape{a.shape[0], 1};
-}
-
-const char* first_input(Op op) {
-  switch (op) {
-    case Op::rope: return "t";
-    case Op::rope_backward: return "grad_out";
-    case Op::kv_split: return "kv";
-    case Op::kv_split_backward: return "grad_key";
-  }
-  return "t";
 }
 
 // Elements of a [rows, H, W] output that copy an input: dims below `prefix`, or whole rows
@@ -102,7 +93,7 @@ ValueContext value_context(const Case& c) {
   ctx.terms = f32_error_terms(c);
   ctx.exact = exactness(c);
   const CaseConfig& k = c.config;
-  const npy::Array& in = c.arrays.at(first_input(k.op));
+  const npy::Array& in = c.arrays.at(std::string(schema_of(k.op).activation()));
   const reference::RowMap map =
       reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
   const std::int64_t heads = in.shape[in.shape.size() - 2];
@@ -132,7 +123,7 @@ CheckResult compare_outputs(const Case& c, const ValueContext& ctx, const CaseOu
   const DType dtype = c.config.dtype;
   Worst worst;
   std::int64_t count = 0;
-  for (const std::string& name : output_names(c.config.op)) {
+  for (const std::string& name : schema_of(c.config.op).output_names()) {
     const auto g_it = got.arrays.find(name), e_it = expected.arrays.find(name);
     if (g_it == got.arrays.end() || e_it == expected.arrays.end() ||
         g_it->second.shape != e_it->second.shape) {
@@ -251,7 +242,7 @@ CheckResult compare_bitwise(const Case& c, const CaseOutputs& a, const CaseOutpu
   CheckResult r;
   r.check = kind;
   std::int64_t count = 0;
-  for (const std::string& name : output_names(c.config.op)) {
+  for (const std::string& name : schema_of(c.config.op).output_names()) {
     const auto a_it = a.arrays.find(name), b_it = b.arrays.find(name);
     if (a_it == a.arrays.end() || b_it == b.arrays.end() ||
         a_it->second.shape != b_it->second.shape) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mlarope/error.h"
+#include "mlarope/op_schema.h"
 #include "mlarope/validate.h"
 #include "reference.h"
 
@@ -311,24 +312,9 @@ json to_json(const CaseConfig& c) {
 
 std::vector<std::string> required_inputs(const CaseConfig& c) {
   std::vector<std::string> names = {"cos", "sin"};
-  switch (c.op) {
-    case Op::rope: names.push_back("t"); break;
-    case Op::rope_backward: names.push_back("grad_out"); break;
-    case Op::kv_split: names.insert(names.end(), {"kv", "k_pe"}); break;
-    case Op::kv_split_backward: names.insert(names.end(), {"grad_key", "grad_value"}); break;
-  }
+  for (const std::string& name : schema_of(c.op).input_names()) names.push_back(name);
   if (c.layout == TokenLayout::thd) names.push_back("cu_seqlens");
   return names;
-}
-
-std::vector<std::string> output_names(Op op) {
-  switch (op) {
-    case Op::rope: return {"out"};
-    case Op::rope_backward: return {"grad_t"};
-    case Op::kv_split: return {"key", "value"};
-    case Op::kv_split_backward: return {"grad_kv", "grad_k_pe"};
-  }
-  return {};
 }
 
 Case read_case(const fs::path& dir) {

@@ -77,8 +77,6 @@ void write_outputs(const std::filesystem::path& dir, const CaseOutputs& outputs)
 
 /// The names of the inputs an op reads (THD metadata included when the case is THD).
 std::vector<std::string> required_inputs(const CaseConfig& config);
-/// The names of the outputs an op writes, in docs/semantics.md §7 order.
-std::vector<std::string> output_names(Op op);
 
 /// The npy dtype that stores `dtype` (bf16 as raw "<u2" bits).
 npy::Dtype storage_dtype(DType dtype);

@@ -19,6 +19,7 @@
 #include "backends/worker_process.h"
 #include "fuzz/fuzz.h"
 #include "mlarope/error.h"
+#include "mlarope/op_schema.h"
 #include "reference.h"
 
 namespace py = pybind11;
@@ -472,10 +473,9 @@ harness::ForkHooks python_fork_hooks() {
 }
 
 Op parse_op(const std::string& name) {
-  for (Op op : {Op::rope, Op::rope_backward, Op::kv_split, Op::kv_split_backward})
-    if (name == to_string(op)) return op;
-  throw Error("ops: '" + name +
-              "' is not an op (rope, rope_backward, kv_split, kv_split_backward, yarn_tables)");
+  for (const OpSchema& schema : op_schemas())
+    if (name == schema.name) return schema.op;
+  throw Error("ops: '" + name + "' is not an op (" + op_names() + ", yarn_tables)");
 }
 
 // mlarope.fuzz: the fuzzer on a backend of Python callables (one worker: the GIL).
