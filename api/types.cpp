@@ -76,7 +76,7 @@ FreqMode parse_freq_mode(std::string_view s, std::string_view what) {
 Op parse_op(std::string_view s, std::string_view what) {
   for (const OpSchema& schema : op_schemas())
     if (schema.name == s) return schema.op;
-  bad_value(what, s, "one of " + op_names());
+  bad_value(what, s, op_names());
 }
 
 std::string describe_status(DeviceStatus status) {

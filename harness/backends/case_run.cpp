@@ -93,6 +93,13 @@ void run_kv_split_backward(const Case& c, const Backend& b, CaseOutputs& o) {
 
 }  // namespace
 
+reference::RowMap row_map(const Case& c) {
+  const npy::Array& a = c.arrays.at(std::string(schema_of(c.config.op).activation()));
+  const RowShape rows =
+      a.shape.size() == 4 ? RowShape{a.shape[0], a.shape[1]} : RowShape{a.shape[0], 1};
+  return reference::map_rows(positions_of(c), rows, c.arrays.at("cos").shape[0]);
+}
+
 Positions positions_of(const Case& c) {
   Positions p;
   p.layout = c.config.layout;

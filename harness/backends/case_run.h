@@ -12,6 +12,7 @@
 #include "mlarope/backend.h"
 #include "mlarope/error.h"
 #include "mlarope/ops.h"
+#include "positions.h"
 
 namespace mlarope::harness {
 
@@ -65,6 +66,9 @@ Backend find_backend(const std::string& name);
 
 /// The Positions of a case, pointing into its arrays.
 Positions positions_of(const Case& c);
+/// The table row of each row of a case (docs/semantics.md §2), its rows those of the op's
+/// activation, in the order the reference walks them.
+reference::RowMap row_map(const Case& c);
 /// The Rotation of a case, pointing into its cos/sin arrays.
 Rotation rotation_of(const Case& c);
 

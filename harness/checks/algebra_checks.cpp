@@ -50,10 +50,6 @@ std::string non_unit_reason(const Case& c) {
   return "";
 }
 
-RowShape rows_of(const npy::Array& a) {
-  return a.shape.size() == 4 ? RowShape{a.shape[0], a.shape[1]} : RowShape{a.shape[0], 1};
-}
-
 // Compares z (the round trip of x through y) with (c^2 + s^2) x, element by element.
 class RoundTripJudge {
  public:
@@ -62,8 +58,7 @@ class RoundTripJudge {
 
   CheckResult judge() {
     const CaseConfig& k = c_.config;
-    const reference::RowMap map =
-        reference::map_rows(positions_of(c_), rows_of(x_), c_.arrays.at("cos").shape[0]);
+    const reference::RowMap map = row_map(c_);
     const std::int64_t heads = x_.shape[x_.shape.size() - 2], width = x_.shape.back();
     for (std::size_t row = 0; row < map.freq_row.size(); ++row)
       for (std::int64_t h = 0; h < heads; ++h) {

@@ -56,10 +56,6 @@ void slice_terms(const Case& c, std::int64_t freq_row, const double* x, double* 
 
 std::int64_t heads_of(const npy::Array& a) { return a.shape[a.shape.size() - 2]; }
 
-RowShape rows_of(const npy::Array& a) {
-  return a.shape.size() == 4 ? RowShape{a.shape[0], a.shape[1]} : RowShape{a.shape[0], 1};
-}
-
 std::vector<double> rope_terms(const Case& c, const reference::RowMap& map) {
   const bool adjoint = c.config.op == Op::rope_backward;
   const npy::Array& in = c.arrays.at(adjoint ? "grad_out" : "t");
@@ -179,8 +175,7 @@ void slice_exactness(const Case& c, std::int64_t freq_row, const double* x, Exac
 std::map<std::string, std::vector<Exactness>> exactness(const Case& c) {
   const CaseConfig& k = c.config;
   const npy::Array& in = c.arrays.at(std::string(schema_of(k.op).activation()));
-  const reference::RowMap map =
-      reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
+  const reference::RowMap map = row_map(c);
   const std::int64_t heads = heads_of(in), d = k.emb_dim;
   std::map<std::string, std::vector<Exactness>> flags;
   std::vector<double> x(d);
@@ -218,8 +213,7 @@ std::map<std::string, std::vector<Exactness>> exactness(const Case& c) {
 
 std::map<std::string, std::vector<double>> f32_error_terms(const Case& c) {
   const npy::Array& in = c.arrays.at(std::string(schema_of(c.config.op).activation()));
-  const reference::RowMap map =
-      reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
+  const reference::RowMap map = row_map(c);
   std::map<std::string, std::vector<double>> terms;
   switch (c.config.op) {
     case Op::rope: terms["out"] = rope_terms(c, map); break;

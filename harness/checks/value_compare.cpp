@@ -13,10 +13,6 @@
 namespace mlarope::harness {
 namespace {
 
-RowShape rows_of(const npy::Array& a) {
-  return a.shape.size() == 4 ? RowShape{a.shape[0], a.shape[1]} : RowShape{a.shape[0], 1};
-}
-
 // Elements of a [rows, H, W] output that copy an input: dims below `prefix`, or whole rows
 // that pass through when `rows_pass` is set.
 std::vector<bool> copy_mask(const reference::RowMap& map, std::int64_t heads, std::int64_t width,
@@ -94,8 +90,7 @@ ValueContext value_context(const Case& c) {
   ctx.exact = exactness(c);
   const CaseConfig& k = c.config;
   const npy::Array& in = c.arrays.at(std::string(schema_of(k.op).activation()));
-  const reference::RowMap map =
-      reference::map_rows(positions_of(c), rows_of(in), c.arrays.at("cos").shape[0]);
+  const reference::RowMap map = row_map(c);
   const std::int64_t heads = in.shape[in.shape.size() - 2];
   switch (k.op) {
     case Op::rope:
