@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_context.h"
 #include "command_line.h"
 #include "host_convert.h"
 #include "mlarope/backend.h"
@@ -562,6 +563,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("cuda_timing",
                                 g_graph ? "events, graph replay" : "events, stream launches");
     benchmark::AddCustomContext("copy_GBps", std::to_string(copy_bandwidth() * 1e-9));
+    explain_library_build();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -31,6 +31,7 @@
 #include "backends/case_run.h"
 #include "backends/device_backend.h"
 #include "bench_calls.h"
+#include "bench_context.h"
 #include "command_line.h"
 #include "compare.h"
 #include "io/junit.h"
@@ -621,6 +622,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   copy_bandwidth();  // measured before the context is written, which names it
+  explain_library_build();
   benchmark::AddCustomContext("cpu_model", cpu_model());
   benchmark::AddCustomContext("copy_GBps", std::to_string(copy_bandwidth() * 1e-9));
   if (!compare.empty()) {

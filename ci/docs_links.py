@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The repository stands alone: every relative link of its Markdown pages resolves, and no
-tracked file points outside the repository.
+"""The repository stands alone: every relative link of its Markdown pages resolves, every page
+a Markdown page names in its text (`semantics.md §5`, code blocks included) is in the tree with
+that numbered section, and no tracked file points outside the repository.
 
 A link resolves when its target file or folder exists in the tree and, for `page.md#anchor`,
 the page has a heading whose GitHub anchor is `anchor`. Web links (http, https, mailto) are
@@ -23,6 +24,11 @@ import tempfile
 LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
+# A page named in text: "docs/semantics.md", "semantics.md §5" (the number of a "## 5. ..." heading).
+NAMED = re.compile(r"(?<![\w.-])((?:[\w.-]+/)*[\w-]+\.md)\b(?:\s*§\s*(\d+))?")
+# Pages the tools write into their output folders (mlarope report, ci/mutation.py): named in the
+# docs, never in the tree.
+WRITTEN = {"summary.md"}
 # A folder beside the checkout, as a path written from the repository root.
 OUTSIDE = re.compile(r"\.\./" + "shared" + r"\b")
 
@@ -105,6 +111,41 @@ def broken_links(root, pages):
     return found
 
 
+def numbered_sections(path):
+    """The numbers of a page's numbered headings ("## 5. Validity" -> "5")."""
+    numbers = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = HEADING.match(line)
+            if m and re.match(r"\d+[.\s]", m.group(2) + " "):
+                numbers.add(re.match(r"\d+", m.group(2)).group(0))
+    return numbers
+
+
+def missing_pages(root, pages, files):
+    """'page:line: why' for every page named in a page's text (by its file name) that is not in
+    the tree, or that lacks the numbered section named after it."""
+    by_name = {}
+    for f in files:
+        by_name.setdefault(os.path.basename(f), []).append(f)
+    found = []
+    for page in pages:
+        with open(os.path.join(root, page), encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                for m in NAMED.finditer(line):
+                    name, section = os.path.basename(m.group(1)), m.group(2)
+                    where = f"{page}:{number}: '{m.group(0).strip()}'"
+                    if name in WRITTEN:
+                        continue
+                    if name not in by_name:
+                        found.append(f"{where}: no page {name} in the tree")
+                    elif section and not any(
+                        section in numbered_sections(os.path.join(root, p)) for p in by_name[name]
+                    ):
+                        found.append(f"{where}: {name} has no section {section}")
+    return found
+
+
 def outside_references(root, files):
     """'file:line: ...' for every line of a tracked text file that names a folder beside it."""
     found = []
@@ -127,7 +168,11 @@ def outside_references(root, files):
 def check(root):
     files = tracked_files(root)
     pages = sorted(f for f in files if f.endswith(".md"))
-    findings = broken_links(root, pages) + outside_references(root, files)
+    findings = (
+        broken_links(root, pages)
+        + missing_pages(root, pages, files)
+        + outside_references(root, files)
+    )
     for line in findings:
         print(line)
     links = sum(1 for p in pages for _ in links_of(os.path.join(root, p)))
@@ -143,21 +188,31 @@ def self_test():
     with tempfile.TemporaryDirectory() as root:
         os.makedirs(os.path.join(root, "docs"))
         with open(os.path.join(root, "docs", "a.md"), "w") as f:
-            f.write("# Page A\n\n## The `x` part\n\n```\n[not a link](nowhere.md)\n```\n")
+            f.write("# Page A\n\n## 1. The `x` part\n\n```\n[not a link](docs/a.md)\n```\n")
         with open(os.path.join(root, "README.md"), "w") as f:
             f.write(
-                "[ok](docs/a.md#the-x-part) [ok](docs/a.md) [web](https://example.org)\n"
+                "[ok](docs/a.md#1-the-x-part) [ok](docs/a.md) [web](https://example.org)\n"
                 "[no file](docs/b.md)\n[no anchor](docs/a.md#page-b)\n"
                 "[outside](../elsewhere/x.md)\n"
+                "a.md §1 is there; SPEC.md §5 is not; neither is a.md §2\n"
             )
         with open(os.path.join(root, "notes.txt"), "w") as f:
             f.write("see ../" + "shared/SPEC.md\n")
         files = ["README.md", "docs/a.md", "notes.txt"]
-        found = broken_links(root, ["README.md", "docs/a.md"]) + outside_references(root, files)
+        pages = ["README.md", "docs/a.md"]
+        found = (
+            broken_links(root, pages)
+            + missing_pages(root, pages, files)
+            + outside_references(root, files)
+        )
     expected = [
         "no file docs/b.md",
         "no heading with anchor '#page-b'",
         "leaves the repository",
+        "no page b.md",
+        "no page x.md",
+        "no page SPEC.md",
+        "a.md has no section 2",
         "names a folder outside",
     ]
     missing = [e for e in expected if not any(e in line for line in found)]
