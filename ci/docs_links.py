@@ -24,7 +24,7 @@ import tempfile
 LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
-# A page named in text: "docs/semantics.md", "semantics.md §5" (the number of a "## 5. ..." heading).
+# A page named in text: "docs/semantics.md", "semantics.md §5" (a "## 5. ..." heading).
 NAMED = re.compile(r"(?<![\w.-])((?:[\w.-]+/)*[\w-]+\.md)\b(?:\s*§\s*(\d+))?")
 # Pages the tools write into their output folders (mlarope report, ci/mutation.py): named in the
 # docs, never in the tree.
