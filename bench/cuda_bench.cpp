@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_context.h"
 #include "command_line.h"
+#include "driver_support.h"
 #include "host_convert.h"
 #include "mlarope/backend.h"
 #include "shapes.h"
@@ -246,8 +246,7 @@ double copy_bandwidth() {
 
 // Input sets to rotate among so that together they hold g_rotation_bytes.
 int rotation_sets(std::int64_t bytes) {
-  const auto total = static_cast<std::int64_t>(g_rotation_bytes);
-  return static_cast<int>(std::max<std::int64_t>(1, (total + bytes - 1) / bytes));
+  return bench::rotation_sets(bytes, static_cast<std::int64_t>(g_rotation_bytes));
 }
 
 // Calls per measurement: a multiple of the sets moving about kMeasurementBytes.
@@ -427,16 +426,9 @@ Fixture& fixture_for(BenchOp op, const Shape& shape) {
   return *g_fixture;
 }
 
-// Counters as mlarope_bench: minimum bytes, achieved GB/s, the copy bandwidth of this run and
-// the fraction of the floor. `seconds` is the sum of the iteration times (one call each).
+// Counters as mlarope_bench; `seconds` is the sum of the iteration times (one call each).
 void set_counters(benchmark::State& state, std::int64_t bytes, double seconds) {
-  state.SetBytesProcessed(state.iterations() * bytes);
-  const double achieved =
-      seconds > 0 ? static_cast<double>(bytes) * state.iterations() / seconds : 0;
-  state.counters["bytes"] = static_cast<double>(bytes);
-  state.counters["GBps"] = achieved * 1e-9;
-  state.counters["copy_GBps"] = copy_bandwidth() * 1e-9;
-  state.counters["floor_fraction"] = achieved / copy_bandwidth();
+  set_floor_counters(state, bytes, seconds, copy_bandwidth());
 }
 
 void run_op(benchmark::State& state, BenchOp op, const Shape& shape) {

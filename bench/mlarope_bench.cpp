@@ -31,9 +31,9 @@
 #include "backends/case_run.h"
 #include "backends/device_backend.h"
 #include "bench_calls.h"
-#include "bench_context.h"
 #include "command_line.h"
 #include "compare.h"
+#include "driver_support.h"
 #include "io/junit.h"
 #include "mlarope/error.h"
 #include "mlarope/timing.h"
@@ -75,16 +75,8 @@ double copy_bandwidth() {
   return bandwidth;
 }
 
-// Counters: minimum bytes, achieved GB/s, the copy bandwidth of this run, and the fraction of
-// the floor (bytes / copy bandwidth) over the time taken.
 void set_counters(benchmark::State& state, std::int64_t bytes, double seconds) {
-  state.SetBytesProcessed(state.iterations() * bytes);
-  const double achieved =
-      seconds > 0 ? static_cast<double>(bytes) * state.iterations() / seconds : 0;
-  state.counters["bytes"] = static_cast<double>(bytes);
-  state.counters["GBps"] = achieved * 1e-9;
-  state.counters["copy_GBps"] = copy_bandwidth() * 1e-9;
-  state.counters["floor_fraction"] = achieved / copy_bandwidth();
+  set_floor_counters(state, bytes, seconds, copy_bandwidth());
 }
 
 // Run `body` once per iteration and return the seconds the loop took.
@@ -99,10 +91,7 @@ double timed_loop(benchmark::State& state, F&& body) {
 }
 
 // Input sets to rotate among so that the data of one pass (>= 64 MiB) does not sit in cache.
-int rotation_sets(std::int64_t bytes) {
-  constexpr std::int64_t kBeyondCache = 64ll << 20;
-  return static_cast<int>(std::max<std::int64_t>(1, (kBeyondCache + bytes - 1) / bytes));
-}
+int rotation_sets(std::int64_t bytes) { return bench::rotation_sets(bytes, 64ll << 20); }
 
 // The input sets of a shape, kept for the benchmarks that follow (Google Benchmark calls a
 // benchmark function several times, and with random interleaving the shapes alternate): the
