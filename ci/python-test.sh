@@ -54,9 +54,9 @@ if ((triton)); then
   pip_install --no-deps --require-hashes -r adapters/liger/requirements.txt
 fi
 # Two lanes, one core each (every test process is single-threaded; the lanes take about the
-# same time): Megatron's Triton kernels, flash-attn's, FlagGems' and the findings in the
-# background, logged and shown when both are done; the package's tests, the unfused Megatron,
-# Liger, Unsloth and ColossalAI in the foreground.
+# same time): Megatron's Triton kernels, flash-attn's, FlagGems', Unsloth's and the findings in
+# the background, logged and shown when both are done; the package's tests, the unfused
+# Megatron, Liger and ColossalAI in the foreground.
 lane_log=$(mktemp)
 (
   status=0
@@ -69,6 +69,8 @@ lane_log=$(mktemp)
     pytest_in adapters/flash_attn test_flash_attn.py || status=1
     echo "python: FlagGems' Triton rotary embedding under the interpreter"
     pytest_in adapters/flag_gems test_flag_gems.py || status=1
+    echo "python: Unsloth's Triton RoPE under the interpreter"
+    pytest_in adapters/unsloth test_unsloth.py || status=1
     echo "python: the findings (their folders, docs/findings.md, a sample of the release matrix)"
     pytest_in adapters test_findings.py || status=1
   fi
@@ -85,8 +87,6 @@ fi
 if ((triton)); then
   echo "python: liger-kernel's Triton RoPE under the interpreter"
   pytest_in adapters/liger test_liger.py || others_status=$?
-  echo "python: Unsloth's Triton RoPE under the interpreter"
-  pytest_in adapters/unsloth test_unsloth.py || others_status=$?
   echo "python: ColossalAI's Triton rotary kernels under the interpreter"
   pytest_in adapters/colossalai test_colossalai.py || others_status=$?
   # The oldest Triton the shims know, in a second environment that shares this one's package:
