@@ -657,7 +657,14 @@ FuzzStats run_fuzz(const FuzzOptions& o, std::ostream& progress, bool tty) {
   std::vector<std::thread> threads;
   threads.reserve(workers.size());
   run.working = static_cast<int>(workers.size());
-  for (Worker& w : workers) threads.emplace_back([&w] { w.work(); });
+  // A finished thread waits for the others before it exits: its exit frees memory outside its
+  // ForkGuard (the allocator's locks; ASan's per-thread cache), and a worker forked meanwhile
+  // by another thread would inherit a lock held for good and hang in its first allocation.
+  for (Worker& w : workers)
+    threads.emplace_back([&w, &run] {
+      w.work();
+      while (run.working > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    });
   const double period = tty ? 0.25 : 5.0;
   const double before = earlier ? earlier->seconds : 0.0;
   const std::int64_t cases_before = earlier ? earlier->cases : 0;
